@@ -1,0 +1,116 @@
+from django import forms
+from django.contrib import admin
+
+from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, Variant
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ("index", "name", "uuid", "memory_total_mib", "compute_capability", "pcie_generation",
+              "pcie_width", "nvlink", "ecc_mode", "ecc_corrected", "ecc_uncorrected")
+
+
+@admin.register(Host)
+class HostAdmin(admin.ModelAdmin):
+    list_display = ("name", "hostname", "queue_name", "gpu_summary", "driver_version", "interconnect", "probed_at")
+    list_filter = ("interconnect", "driver_version")
+    search_fields = ("name", "hostname", "gpus__name", "notes")
+    readonly_fields = ("probe_status", "probed_at")
+    inlines = [GpuInline]
+
+    @admin.display(description="GPUs")
+    def gpu_summary(self, host):
+        gpus = list(host.gpus.all())
+        if not gpus:
+            return "—"
+        names = {}
+        for g in gpus:
+            names[g.name] = names.get(g.name, 0) + 1
+        return ", ".join(f"{n}× {name}" for name, n in names.items())
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("gpus")
+
+
+class VariantInline(admin.TabularInline):
+    model = Variant
+    extra = 0
+
+
+@admin.register(Model)
+class ModelAdmin(admin.ModelAdmin):
+    list_display = ("name", "params_b", "architecture", "context_length", "layers", "kv_heads", "head_dim")
+    search_fields = ("name", "architecture")
+    inlines = [VariantInline]
+
+
+@admin.register(Variant)
+class VariantAdmin(admin.ModelAdmin):
+    list_display = ("name", "model", "quantization", "format", "size_bytes", "perplexity")
+    list_filter = ("quantization", "format", "model")
+    search_fields = ("name", "model__name")
+
+
+class EndpointAdminForm(forms.ModelForm):
+    """The API key is write-only: the form never renders it; leaving it blank keeps it."""
+
+    api_key = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False),
+                              help_text="Write-only. Leave blank to keep the stored key.")
+    clear_api_key = forms.BooleanField(required=False, label="Remove the stored API key")
+
+    class Meta:
+        model = Endpoint
+        fields = "__all__"
+
+    def clean_api_key(self):
+        key = self.cleaned_data.get("api_key", "")
+        if not key and self.instance.pk:
+            return self.instance.api_key
+        return key
+
+    def clean(self):
+        data = super().clean()
+        if data.get("clear_api_key"):
+            data["api_key"] = ""
+        return data
+
+    def save(self, commit=True):
+        self.instance.api_key = self.cleaned_data.get("api_key", "")
+        return super().save(commit)
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(admin.ModelAdmin):
+    form = EndpointAdminForm
+    list_display = ("name", "backend", "host", "base_url", "model_name", "variant", "engine_version",
+                    "tensor_parallel_size", "has_key", "enabled")
+    list_filter = ("backend", "enabled", "host", "variant__quantization")
+    search_fields = ("name", "base_url", "model_name", "launch_command")
+    filter_horizontal = ("gpus",)
+
+    @admin.display(boolean=True, description="API key")
+    def has_key(self, endpoint):
+        return endpoint.has_api_key
+
+
+class LevelInline(admin.TabularInline):
+    model = LevelResult
+    extra = 0
+    can_delete = False
+    fields = ("endpoint", "concurrency", "completed", "failed", "wall_s")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ("__str__", "status", "owner", "created", "prompt_tokens", "output_tokens",
+                    "concurrency_levels", "progress_done", "progress_total")
+    list_filter = ("status", "api", "endpoints__backend")
+    search_fields = ("title", "public_id", "owner__username")
+    readonly_fields = ("public_id", "status", "created", "started", "finished", "progress_done",
+                       "progress_total", "progress_note", "error", "preflight", "queue_name")
+    inlines = [LevelInline]

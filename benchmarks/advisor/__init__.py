@@ -1,0 +1,64 @@
+"""The decision engine: how to serve a 7B LLM on a team's GPUs. Django-free.
+
+For each candidate (vLLM FP8, llama.cpp Q4_K_M, vLLM AWQ; more as data in facts.py) it answers:
+can it start on this GPU (facts with sources), does it fit (weights + KV cache + overhead), how
+fast is it at this load (the closest evidence, read at the users level), does it meet the targets.
+Then it ranks by the stated priority. It never invents a number and never recommends what cannot
+start or does not fit.
+
+API
+---
+advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequence[Evidence],
+       candidates: Sequence[Candidate] = DEFAULT_CANDIDATES, *,
+       builds: EngineBuilds = EngineBuilds(),
+       variant_bytes: Mapping[str, float] | None = None,   # actual sizes, keyed by quantization
+       gpu_memory_utilization: float | None = None,        # vLLM; None = the fact's 0.9
+       ) -> Recommendation
+
+GpuSpec(name, compute_capability: tuple[int, int], vram_gib, count=1, interconnect="pcie",
+        host_id=None)
+ModelSpec(name, params_b, layers, kv_heads, head_dim, context_length, embedding_params_b=0.0,
+          known_weight_bytes={})                          # DEEPSEEK_R1_DISTILL_QWEN_7B
+Workload(users, prompt_tokens, output_tokens, context_tokens=None, ttft_p90_ms=None,
+         tpot_ms=None, min_user_tok_s=None, priority="single_user_speed")
+         # priority: "single_user_speed" | "throughput" | "memory_headroom"
+Evidence(id, candidate, kind ("measured" | "published"), label, gpu_name, compute_capability,
+         concurrency, prompt_tokens, output_tokens, url=None, host_id=None, ttft_p50_ms=None,
+         ttft_p90_ms=None, tpot_p50_ms=None, decode_tok_s=None, aggregate_tok_s=None,
+         peak_memory_gib=None, note="")                   # one row per concurrency level
+EngineBuilds(vllm_version: tuple[int, int] | None = None, vllm_fp8_sm75: bool = False)
+Candidate(key, label, backend, quantization, requires, size_fact, embedding_bits, kv_cache_bytes=2)
+published_v100_evidence() -> list[Evidence]             # the write-up's figures, labelled
+
+Recommendation: ranked: list[CandidateResult], recommended: str | None, summary, caveats,
+    confidence ("high" | "medium" | "low"), confidence_why, hardware_notes: list[Note],
+    measure_next: list[SuggestedRun], to_dict() for JSON.
+CandidateResult: key, label, requirements, eligible, ineligible_reasons, fit: MemoryFit,
+    evidence_basis, predicted: {metric: Predicted}, evidence: list[EvidenceRef], evidence_notes,
+    meets_targets: {target: TargetCheck}, meets_all, priority_value, reasons, rank.
+
+Evidence is preferred in this order: measured on this host, on the same GPU model, on the same
+compute capability, then published (same GPU model or compute capability only). Within the best
+tier, one series (GPU, host, prompt/output shape: the closest to the workload's) is read at the
+users level: exact, linear interpolation between the two nearest levels, or - beyond the measured
+levels - the nearest level's figure flagged as an extrapolation (never used to pass a target).
+Pass evidence newest first: the first row per level wins.
+"""
+
+from .engine import (CandidateResult, Note, Recommendation, SuggestedRun, TargetCheck, advise,
+                     check_targets)
+from .facts import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, FACTS, Candidate, Fact, fact, ineligible_reasons,
+                    required_facts, requirements)
+from .memory import MemoryFit, kv_bytes_per_token, memory_fit, weight_bytes
+from .performance import EvidenceRef, Performance, Predicted, predict, read_at
+from .published import V100_LABEL, published_v100_evidence
+from .specs import PRIORITIES, EngineBuilds, Evidence, GpuSpec, ModelSpec, Workload
+
+__all__ = [
+    "advise", "check_targets", "Recommendation", "CandidateResult", "Note", "SuggestedRun",
+    "TargetCheck", "DEFAULT_CANDIDATES", "FACTS", "Candidate", "Fact", "fact", "ineligible_reasons",
+    "required_facts", "requirements", "MemoryFit", "kv_bytes_per_token", "memory_fit",
+    "weight_bytes", "EvidenceRef", "Performance", "Predicted", "predict", "read_at", "V100_LABEL",
+    "published_v100_evidence", "PRIORITIES", "EngineBuilds", "Evidence", "GpuSpec", "ModelSpec",
+    "Workload", "DEEPSEEK_R1_DISTILL_QWEN_7B",
+]

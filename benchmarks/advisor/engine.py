@@ -1,0 +1,429 @@
+"""advise(): can it start, does it fit, how fast at this load, does it meet the targets, rank."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Mapping, Sequence
+
+from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, users_str,
+                    ineligible_reasons, requirements, unmet_requirements)
+from .memory import MemoryFit, memory_fit
+from .performance import BASES, EvidenceRef, Performance, Predicted, predict
+from .specs import PRIORITIES, EngineBuilds, Evidence, GpuSpec, ModelSpec, Workload
+
+PRIORITY_PHRASES = {
+    "single_user_speed": "per-stream decode speed",
+    "throughput": "aggregate output throughput",
+    "memory_headroom": "memory headroom",
+}
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    target: str  # "ttft_p90_ms" | "tpot_ms" | "min_user_tok_s"
+    limit: float
+    predicted: float | None  # in the unit of the metric compared (see note)
+    met: bool | None  # None: no figure at this load
+    note: str
+
+
+@dataclass(frozen=True)
+class Note:
+    text: str
+    source: str
+    fact_id: str
+
+
+@dataclass(frozen=True)
+class SuggestedRun:
+    """Enough to pre-fill a run form."""
+
+    candidate: str
+    concurrency_levels: tuple[int, ...]
+    prompt_tokens: int
+    output_tokens: int
+    host_id: str | None
+    why: str
+
+
+@dataclass
+class CandidateResult:
+    key: str
+    label: str
+    requirements: dict
+    eligible: bool
+    ineligible_reasons: list[str]
+    fit: MemoryFit
+    evidence_basis: str | None  # one of performance.BASES
+    predicted: dict[str, Predicted]
+    evidence: list[EvidenceRef]  # rows actually used
+    evidence_notes: list[str]  # interpolation / extrapolation / shape
+    meets_targets: dict[str, TargetCheck]
+    meets_all: bool | None  # True also when no target was set
+    priority_value: float | None
+    reasons: list[str]
+    rank: int = 0
+
+    @property
+    def recommendable(self) -> bool:
+        return self.eligible and self.fit.fits
+
+
+@dataclass
+class Recommendation:
+    gpu: GpuSpec
+    model: ModelSpec
+    workload: Workload
+    builds: EngineBuilds
+    ranked: list[CandidateResult]
+    recommended: str | None
+    summary: str
+    caveats: list[str]
+    confidence: str  # "high" | "medium" | "low"
+    confidence_why: str
+    hardware_notes: list[Note] = field(default_factory=list)
+    measure_next: list[SuggestedRun] = field(default_factory=list)
+
+    def candidate(self, key: str) -> CandidateResult:
+        return next(r for r in self.ranked if r.key == key)
+
+    def to_dict(self) -> dict:
+        return _jsonable(dataclasses.asdict(self))
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, date):
+        return x.isoformat()
+    return x
+
+
+# --- targets ---------------------------------------------------------------------------------
+
+def _compare(target: str, limit: float, p: Predicted, ok, what: str, unit: str) -> TargetCheck:
+    if p.value is None:
+        return TargetCheck(target, limit, None, None, f"{what}: no figure in the evidence.")
+    shown = f"{fmt(p.value)} {unit} ({p.note})"
+    if p.how == "extrapolated":
+        return TargetCheck(target, limit, p.value, None,
+                           f"{what}: not known at this load, only {shown}.")
+    met = ok(p.value)
+    return TargetCheck(target, limit, p.value, met, f"{what}: {'met' if met else 'missed'}, {shown}.")
+
+
+def check_targets(workload: Workload, m: dict[str, Predicted]) -> dict[str, TargetCheck]:
+    """TPOT and per-stream decode are the same thing (decode = 1000 / TPOT): when the evidence has
+    only one of them, the target is converted, never the evidence."""
+    checks = {}
+    if workload.ttft_p90_ms is not None:
+        lim = workload.ttft_p90_ms
+        checks["ttft_p90_ms"] = _compare("ttft_p90_ms", lim, m["ttft_p90_ms"], lambda v: v <= lim,
+                                         f"TTFT p90 target {fmt(lim)} ms", "ms")
+    if workload.tpot_ms is not None:
+        lim = workload.tpot_ms
+        what = f"TPOT target {fmt(lim)} ms"
+        if m["tpot_p50_ms"].value is None and m["decode_tok_s"].value is not None:
+            checks["tpot_ms"] = _compare("tpot_ms", lim, m["decode_tok_s"], lambda v: v >= 1000 / lim,
+                                         f"{what} (as per-stream decode of at least {fmt(1000 / lim)} tok/s)",
+                                         "tok/s")
+        else:
+            checks["tpot_ms"] = _compare("tpot_ms", lim, m["tpot_p50_ms"], lambda v: v <= lim, what, "ms")
+    if workload.min_user_tok_s is not None:
+        lim = workload.min_user_tok_s
+        what = f"per-stream decode target {fmt(lim)} tok/s"
+        if m["decode_tok_s"].value is None and m["tpot_p50_ms"].value is not None:
+            checks["min_user_tok_s"] = _compare("min_user_tok_s", lim, m["tpot_p50_ms"],
+                                                lambda v: v <= 1000 / lim,
+                                                f"{what} (as TPOT of at most {fmt(1000 / lim)} ms)", "ms")
+        else:
+            checks["min_user_tok_s"] = _compare("min_user_tok_s", lim, m["decode_tok_s"],
+                                                lambda v: v >= lim, what, "tok/s")
+    return checks
+
+
+def _meets_all(checks: dict[str, TargetCheck]) -> bool | None:
+    results = [c.met for c in checks.values()]
+    if False in results:
+        return False
+    return None if None in results else True
+
+
+# --- ranking ---------------------------------------------------------------------------------
+
+def _priority(priority: str, m: dict[str, Predicted], fit: MemoryFit) -> tuple[float | None, str]:
+    """The value ranked on (higher is better) and how to say it."""
+    if priority == "memory_headroom":
+        return fit.headroom_gib, f"{fmt(fit.headroom_gib)} GiB of memory left"
+    if priority == "throughput":
+        p = m["aggregate_tok_s"]
+        return (p.value, f"{fmt(p.value)} tok/s aggregate ({p.note})") if p.value is not None else (None, "")
+    p = m["decode_tok_s"]
+    if p.value is not None:
+        return p.value, f"{fmt(p.value)} tok/s per stream ({p.note})"
+    p = m["tpot_p50_ms"]
+    if p.value:
+        return 1000 / p.value, f"TPOT p50 {fmt(p.value)} ms ({p.note})"
+    return None, ""
+
+
+def _sort_key(r: CandidateResult, index: int):
+    if not r.recommendable:
+        return (1, 0, 0, 0.0, index)  # the ones that cannot run stay in the candidates' order
+    target_rank = {True: 0, None: 1, False: 2}[r.meets_all]
+    known = r.priority_value is not None
+    return (0, target_rank, not known, -(r.priority_value or 0.0), index)
+
+
+def _perf_sentence(c: Candidate, perf: Performance, workload: Workload, gpu: GpuSpec) -> str:
+    if perf.basis is None:
+        return (f"No measured or published figures for {c.label} on {gpu.name} "
+                f"(compute capability {cc_str(gpu.compute_capability)}).")
+    m = perf.metrics
+    parts = []
+    for metric, unit in (("decode_tok_s", "tok/s per stream"), ("aggregate_tok_s", "tok/s aggregate"),
+                         ("ttft_p90_ms", "ms TTFT p90"), ("tpot_p50_ms", "ms TPOT p50")):
+        p = m[metric]
+        if p.value is not None:
+            at = f" (the figure at {users_str(p.levels[0])}: extrapolation)" if p.how == "extrapolated" else ""
+            parts.append(f"{fmt(p.value)} {unit}{at}")
+    source = "; ".join(sorted({ref.label for ref in perf.evidence}))
+    if perf.basis not in source:
+        source = f"{perf.basis}: {source}"
+    figures = ", ".join(parts) if parts else "no speed figures"
+    return f"At {users_str(workload.users)} ({source}): {figures}."
+
+
+# --- notes, caveats, what to measure -----------------------------------------------------------
+
+def hardware_notes(gpu: GpuSpec, workload: Workload, results: list[CandidateResult],
+                   candidates: Sequence[Candidate], builds: EngineBuilds) -> list[Note]:
+    cc = tuple(gpu.compute_capability)
+    by_key = {c.key: c for c in candidates}
+    runnable = [by_key[r.key] for r in results if r.eligible]
+    backends = {c.backend for c in runnable}
+    notes: list[Note] = []
+
+    def add(fact_id: str, text: str | None = None):
+        f = fact(fact_id)
+        notes.append(Note(text or f.statement[0].upper() + f.statement[1:] + ".", f.source, f.id))
+
+    if gpu.count > 1 and gpu.interconnect != "nvlink":
+        add("tp-over-pcie", "Serve a 7B model from one GPU: " + fact("tp-over-pcie").statement + ".")
+    if "llamacpp" in backends:
+        add("llamacpp-ngl")
+        arch = f"{cc[0]}{cc[1]}"
+        add("llamacpp-build-arch", f"Build llama.cpp with -DGGML_CUDA=ON "
+            f"-DCMAKE_CUDA_ARCHITECTURES={arch} for this GPU; "
+            + fact("llamacpp-build-arch").statement.split("; ", 1)[1] + ".")
+        if cc < fact("cuda13-no-sm70").min_cc:
+            add("cuda13-no-sm70")
+        context = workload.context
+        add("llamacpp-slots", f"Start llama-server with --parallel {workload.users} and -c "
+            f"{workload.users * context} ({users_str(workload.users)} x {context} tokens): "
+            + fact("llamacpp-slots").statement + ".")
+        if cc < fact("llamacpp-dp4a-decode").min_cc:
+            add("llamacpp-dp4a-decode")
+    if "vllm" in backends:
+        if cc < fact("bf16-min-cc").min_cc:
+            add("bf16-min-cc")
+        if builds.vllm_version is None and cc < fact("vllm-min-cc-v0.21").min_cc:
+            add("vllm-min-cc-v0.21", "Use a vLLM release before v0.21 on this GPU: "
+                + fact("vllm-min-cc-v0.21").statement + ".")
+    if any(c.quantization == "fp8" and c.backend == "vllm" for c in runnable) \
+            and cc < fact("vllm-fp8-native-cc").min_cc:
+        add("vllm-fp8-native-cc")
+    vllm_blocked_by_quant = [c for c in candidates if c.backend == "vllm"
+                             and unmet_requirements(c, cc, builds)
+                             and all(f.id not in ("vllm-min-cc", "vllm-min-cc-v0.21")
+                                     for f in unmet_requirements(c, cc, builds))]
+    if vllm_blocked_by_quant:
+        add("vllm-volta-quant", "If it must be vLLM on this GPU: "
+            + fact("vllm-volta-quant").statement + " (not measured here).")
+    add("hot-gpu-ecc")
+    return notes
+
+
+def _levels(users: int) -> tuple[int, ...]:
+    """1, powers of two, and the workload's own level: a sweep that brackets it."""
+    levels, n = {1, users}, 2
+    while n < users:
+        levels.add(n)
+        n *= 2
+    return tuple(sorted(levels))
+
+
+def measure_next(gpu: GpuSpec, workload: Workload, results: list[CandidateResult]) -> list[SuggestedRun]:
+    runs = []
+    for r in results:
+        if not r.recommendable:
+            continue  # cannot start or does not fit: nothing to measure
+        hows = {p.how for p in r.predicted.values() if p.metric != "peak_memory_gib"}
+        shape_ok = not any(n.startswith("Evidence is for") for n in r.evidence_notes)
+        if r.evidence_basis is None:
+            why = "no figures for this GPU yet"
+        elif r.evidence_basis == BASES[3]:
+            why = "only published figures, not measured here"
+        elif r.evidence_basis == BASES[2]:
+            why = "measured only on another GPU model of the same compute capability"
+        elif not shape_ok:
+            why = "measured with other prompt/output lengths"
+        elif hows & {"interpolated", "extrapolated", "none"}:
+            why = "not measured at this number of users"
+        else:
+            continue
+        runs.append(SuggestedRun(r.key, _levels(workload.users), workload.prompt_tokens,
+                                 workload.output_tokens, gpu.host_id, why))
+    return runs
+
+
+def _confidence(rec: CandidateResult | None, results: list[CandidateResult]) -> tuple[str, str]:
+    if rec is None:
+        return "low", "nothing could be recommended"
+    hows = {p.how for p in rec.predicted.values() if p.metric != "peak_memory_gib" and p.value is not None}
+    others_unknown = [r.label for r in results
+                      if r.recommendable and r is not rec and r.priority_value is None]
+    if rec.evidence_basis is None:
+        return "low", f"{rec.label} is the only candidate that starts and fits, but nothing was measured"
+    if rec.evidence_basis == BASES[3]:
+        return "low", "the figures are published, not measured here"
+    if "extrapolated" in hows:
+        return "low", "the figures are extrapolated beyond the measured levels"
+    if rec.evidence_basis == BASES[2]:
+        return "medium", "measured on another GPU model of the same compute capability"
+    if any(n.startswith("Evidence is for") for n in rec.evidence_notes):
+        return "medium", "measured with other prompt/output lengths"
+    if "interpolated" in hows:
+        return "medium", "interpolated between measured levels"
+    if others_unknown:
+        return "medium", f"no figures for {', '.join(others_unknown)} to compare against"
+    return "high", f"{rec.evidence_basis}, at this number of users"
+
+
+# --- the engine ------------------------------------------------------------------------------
+
+def _validate(model: ModelSpec, workload: Workload, gpu: GpuSpec) -> None:
+    if workload.users < 1 or workload.prompt_tokens < 1 or workload.output_tokens < 1:
+        raise ValueError("users, prompt tokens and output tokens must be at least 1")
+    if workload.priority not in PRIORITIES:
+        raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}")
+    if workload.context < workload.prompt_tokens + workload.output_tokens:
+        raise ValueError("the context must hold the prompt and the output")
+    if workload.context > model.context_length:
+        raise ValueError(f"{model.name} handles at most {model.context_length} tokens of context")
+    if gpu.count < 1 or gpu.vram_gib <= 0:
+        raise ValueError("the GPU needs memory and a count of at least 1")
+
+
+def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequence[Evidence],
+           candidates: Sequence[Candidate] = DEFAULT_CANDIDATES, *,
+           builds: EngineBuilds = EngineBuilds(),
+           variant_bytes: Mapping[str, float] | None = None,
+           gpu_memory_utilization: float | None = None) -> Recommendation:
+    _validate(model, workload, gpu)
+    evidence = list(evidence)
+    cc = tuple(gpu.compute_capability)
+    results, perfs = [], {}
+    for c in candidates:
+        refusals = ineligible_reasons(c, cc, builds)
+        fit = memory_fit(c, model, gpu, workload.users, workload.context, variant_bytes,
+                         gpu_memory_utilization)
+        perf = predict(c, gpu, workload, evidence, builds)
+        perfs[c.key] = perf
+        checks = check_targets(workload, perf.metrics)
+        value, value_text = _priority(workload.priority, perf.metrics, fit)
+
+        reasons = list(refusals)
+        reasons.append(fit.explanation)
+        if fit.fits and fit.gpus_used > 1:
+            reasons.append(f"Needs {fit.gpus_used} GPUs: one is not enough.")
+        reasons.append(_perf_sentence(c, perf, workload, gpu))
+        reasons += perf.notes
+        for flag in sorted({f for ref in perf.evidence for f in ref.flags}):
+            reasons.append(f"These figures are {flag}.")
+        reasons += [chk.note for chk in checks.values()]
+        if refusals or not fit.fits:
+            reasons.append("Not recommended: it " + ("cannot start on this GPU." if refusals
+                                                     else "does not fit in this GPU's memory."))
+        elif value is not None:
+            reasons.append(f"Ranked by {PRIORITY_PHRASES[workload.priority]}: {value_text}.")
+        else:
+            reasons.append(f"Ranked below candidates with figures: its "
+                           f"{PRIORITY_PHRASES[workload.priority]} is unknown.")
+
+        results.append(CandidateResult(
+            key=c.key, label=c.label, requirements=requirements(c, builds), eligible=not refusals,
+            ineligible_reasons=refusals, fit=fit, evidence_basis=perf.basis, predicted=perf.metrics,
+            evidence=perf.evidence, evidence_notes=perf.notes, meets_targets=checks,
+            meets_all=_meets_all(checks), priority_value=value, reasons=reasons))
+
+    results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0]))]
+    for i, r in enumerate(results, 1):
+        r.rank = i
+
+    runnable = [r for r in results if r.recommendable]
+    rec = next((r for r in runnable if r.meets_all is not False and r.priority_value is not None), None)
+    if rec is None and len(runnable) == 1 and runnable[0].meets_all is not False:
+        rec = runnable[0]  # the only one that can start and fit: say so, with low confidence
+    confidence, confidence_why = _confidence(rec, results)
+    by_key = {c.key: c for c in candidates}
+
+    summary = _summary(gpu, workload, results, runnable, rec, candidates)
+    caveats = _caveats(gpu, workload, results, perfs, evidence, by_key)
+    return Recommendation(
+        gpu=gpu, model=model, workload=workload, builds=builds, ranked=results,
+        recommended=rec.key if rec else None, summary=summary, caveats=caveats,
+        confidence=confidence, confidence_why=confidence_why,
+        hardware_notes=hardware_notes(gpu, workload, results, candidates, builds),
+        measure_next=measure_next(gpu, workload, results))
+
+
+def _summary(gpu, workload, results, runnable, rec, candidates) -> str:
+    cc = cc_str(gpu.compute_capability)
+    order = [c.key for c in candidates]
+    blocked = [r.label for r in sorted(results, key=lambda r: order.index(r.key)) if not r.eligible]
+    tail = f" {' and '.join(blocked)} cannot start on compute capability {cc}." if blocked else ""
+    phrase = PRIORITY_PHRASES[workload.priority]
+    load = f"{users_str(workload.users)} on {gpu.name}"
+    if rec is not None:
+        _, text = _priority(workload.priority, rec.predicted, rec.fit)
+        if rec.priority_value is None:
+            why = "the only candidate that can start and fit; nothing was measured for it"
+        else:
+            why = f"best {phrase}, {text}"
+            if rec.evidence_basis == BASES[3]:
+                why += ", published, not measured here"
+        if rec.meets_all is None and rec.meets_targets:
+            why += "; the targets could not all be checked"
+        return f"{rec.label} for {load}: {why}.{tail}"
+    if not runnable:
+        return (f"Nothing can be recommended: no candidate both starts on {gpu.name} and fits "
+                f"{users_str(workload.users)} x {workload.context} tokens.{tail}")
+    if all(r.meets_all is False for r in runnable):
+        return (f"No candidate is known to meet the targets at {users_str(workload.users)}; the "
+                f"closest by {phrase} is {runnable[0].label}.{tail}")
+    return f"No candidate has figures that show it meets the targets for {load}: measure next.{tail}"
+
+
+def _caveats(gpu, workload, results, perfs, evidence, by_key) -> list[str]:
+    caveats = [f"Memory assumes all {users_str(workload.users)} hold a full {workload.context}-token "
+               f"context at once; runtime overheads are estimates (see each breakdown)."]
+    for r in results:
+        flags = sorted({f for ref in r.evidence for f in ref.flags})
+        if flags:
+            caveats.append(f"The figures for {r.label} are " + "; ".join(flags) + ".")
+        elif r.evidence_basis == BASES[3]:
+            caveats.append(f"The figures for {r.label} are published, not measured here.")
+        ignored = perfs[r.key].ignored
+        if ignored:
+            gpus = sorted({ev.gpu_name for ev in ignored})
+            caveats.append(f"{len(ignored)} evidence rows for {r.label} were not used: they are "
+                           f"from other GPUs ({', '.join(gpus)}).")
+    unknown = sorted({ev.candidate for ev in evidence if ev.candidate not in by_key})
+    if unknown:
+        caveats.append(f"Evidence for candidates not considered was ignored: {', '.join(unknown)}.")
+    return caveats

@@ -1,0 +1,84 @@
+"""Inputs to the advisor: the GPU, the model, the workload, the evidence, the engine builds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+PRIORITIES = ("single_user_speed", "throughput", "memory_headroom")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str  # as nvidia-smi / pynvml reports it, e.g. "Tesla V100-PCIE-16GB"
+    compute_capability: tuple[int, int]
+    vram_gib: float  # per GPU
+    count: int = 1
+    interconnect: str = "pcie"  # "pcie" | "nvlink": how the GPUs of one host talk
+    host_id: str | None = None  # matches Evidence.host_id for "measured on this host"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    params_b: float  # all parameters, billions
+    layers: int
+    kv_heads: int
+    head_dim: int
+    context_length: int
+    # Embedding + lm_head parameters: FP8/AWQ checkpoints keep these in 16 bit.
+    embedding_params_b: float = 0.0
+    # Known file sizes of quantized variants, bytes, keyed by Candidate.quantization.
+    known_weight_bytes: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Workload:
+    users: int  # concurrent requests
+    prompt_tokens: int
+    output_tokens: int
+    context_tokens: int | None = None  # per user; None means prompt + output
+    ttft_p90_ms: float | None = None  # target: TTFT p90 at most this
+    tpot_ms: float | None = None  # target: time per output token (p50) at most this
+    min_user_tok_s: float | None = None  # target: per-stream decode at least this
+    priority: str = "single_user_speed"  # one of PRIORITIES
+
+    @property
+    def context(self) -> int:
+        return self.context_tokens or (self.prompt_tokens + self.output_tokens)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One concurrency level of one candidate: measured here or published elsewhere."""
+
+    id: str
+    candidate: str  # Candidate.key
+    kind: str  # "measured" | "published"
+    label: str
+    gpu_name: str
+    compute_capability: tuple[int, int]
+    concurrency: int
+    prompt_tokens: int
+    output_tokens: int
+    url: str | None = None  # link to the run (or the publication)
+    host_id: str | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    decode_tok_s: float | None = None  # per stream
+    aggregate_tok_s: float | None = None
+    peak_memory_gib: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class EngineBuilds:
+    """What the team runs, where it changes what can start.
+
+    vllm_version: (major, minor) such as (0, 21); None = unknown (rules for older releases apply,
+    with a note). vllm_fp8_sm75: the vLLM build includes PR #29901 (FP8 Marlin on CC 7.5).
+    """
+
+    vllm_version: tuple[int, int] | None = None
+    vllm_fp8_sm75: bool = False

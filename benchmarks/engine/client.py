@@ -1,0 +1,398 @@
+"""Load generation against one OpenAI-compatible endpoint (vLLM, llama.cpp's llama-server or
+another compatible server), with httpx async streaming.
+
+A `Session` is one endpoint measured with one workload: preflight, prompt building with the
+server's own tokenizer, warmup, then one call of `measure_level` per concurrency level. It
+keeps one httpx client (and so one warm connection pool) for all of it.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import httpx
+from httpx_sse import EventSource, SSEError
+
+from .metrics import RequestResult, level_wall_time
+from .stream import StreamError, parse_chunk
+
+BACKENDS = ("vllm", "llamacpp", "openai")
+
+# Plain English words; tokenized by the server to get a pool of ordinary token ids.
+_WORDS = (
+    "time year people way day man thing woman life child world school state family student group "
+    "country problem hand part place case week company system program question work government "
+    "number night point home water room mother area money story fact month lot right study book "
+    "eye job word business issue side kind head house service friend father power hour game line "
+    "end member law car city community name president team minute idea kid body information back "
+    "parent face others level office door health person art war history party result change "
+    "morning reason research girl guy moment air teacher force education river mountain garden "
+    "window paper music market field voice light green quick bright silent open simple strong "
+    "table chair bridge engine signal answer measure travel winter summer ocean forest number"
+).split()
+
+
+@dataclass
+class Target:
+    """Where to send requests. `model` is the served model id ('' = the only one served)."""
+
+    base_url: str
+    backend: str = "openai"
+    model: str = ""
+    api_key: str = ""
+
+    def url(self, path: str) -> str:
+        return self.base_url.rstrip("/") + path
+
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+@dataclass
+class Workload:
+    prompt_tokens: int = 512
+    output_tokens: int = 100
+    temperature: float = 0.7
+    concurrency_levels: list[int] = field(default_factory=lambda: [1, 8])
+    requests_per_level: int = 16
+    warmup_requests: int = 2
+    api: str = "completions"
+    seed: int | None = None
+
+
+@dataclass
+class Timeouts:
+    connect: float = 10.0
+    first_byte: float = 300.0  # also the longest silence allowed between two chunks
+    total: float = 900.0
+
+
+@dataclass
+class Finding:
+    check: str
+    ok: bool
+    detail: str
+
+    def to_dict(self) -> dict:
+        return {"check": self.check, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass
+class Preflight:
+    findings: list[Finding] = field(default_factory=list)
+    model: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+    @property
+    def cause(self) -> str:
+        return "; ".join(f"{f.check}: {f.detail}" for f in self.findings if not f.ok)
+
+
+class PromptFactory:
+    """Fresh random prompts of a fixed token length, as token ids (exact) or as text
+    (when the server has no /tokenize)."""
+
+    def __init__(self, pool: list[int] | None, rng: random.Random, words_per_token: float = 1.0):
+        self.pool = pool
+        self.rng = rng
+        self.words_per_token = words_per_token
+        self.offset = 0  # tokens the server adds to what we send (e.g. a BOS token)
+
+    def make(self, n_tokens: int) -> list[int] | str:
+        n = max(1, n_tokens - self.offset)
+        if self.pool:
+            return [self.rng.choice(self.pool) for _ in range(n)]
+        n_words = max(1, round(n * self.words_per_token))
+        return " ".join(self.rng.choice(_WORDS) for _ in range(n_words))
+
+    def sent_tokens(self, prompt: list[int] | str) -> int | None:
+        return len(prompt) if isinstance(prompt, list) else None
+
+    def calibrate(self, prompt: list[int] | str, asked: int, usage_prompt_tokens: int | None) -> None:
+        """Learn from a warmup request's usage how the server counts what we send."""
+        if not usage_prompt_tokens:
+            return
+        if isinstance(prompt, list):
+            self.offset = usage_prompt_tokens - len(prompt)
+        else:
+            words = len(prompt.split())
+            self.words_per_token = words / usage_prompt_tokens
+
+
+@dataclass
+class LevelOutcome:
+    concurrency: int
+    results: list[RequestResult]
+    started_at: float  # wall clock (epoch seconds) at the level's t0
+    wall_s: float
+    t0: float = 0.0  # the level's t0 on the monotonic clock (time.perf_counter)
+
+
+ProgressCallback = Callable[[RequestResult], Awaitable[bool]]  # returns False to stop the run
+
+
+class Cancelled(Exception):
+    """The run was cancelled while a level was being measured."""
+
+
+class Session:
+    def __init__(self, target: Target, workload: Workload, timeouts: Timeouts | None = None,
+                 max_connections: int | None = None):
+        self.target = target
+        self.workload = workload
+        self.timeouts = timeouts or Timeouts()
+        self.rng = random.Random(workload.seed)
+        self.prompts = PromptFactory(None, self.rng)
+        limit = max_connections or max(workload.concurrency_levels) + 4
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeouts.first_byte, connect=self.timeouts.connect),
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+            headers=target.headers(),
+        )
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """A small non-streaming call, retried once when a pooled keep-alive connection
+        turns out to be closed by the server before any response byte."""
+        try:
+            return await self.client.request(method, self.target.url(path), **kwargs)
+        except httpx.RemoteProtocolError:
+            return await self.client.request(method, self.target.url(path), **kwargs)
+
+    # ---------------------------------------------------------------- preflight
+    async def preflight(self) -> Preflight:
+        pf = Preflight()
+        try:
+            resp = await self._call("GET", "/health")
+            ok = resp.status_code == 200
+            pf.findings.append(Finding("health", ok, f"HTTP {resp.status_code}" + (
+                "" if ok else f" (server not ready: {resp.text[:200]})")))
+        except httpx.HTTPError as exc:
+            pf.findings.append(Finding("health", False, f"unreachable: {describe_error(exc)}"))
+            return pf
+        try:
+            resp = await self._call("GET", "/v1/models")
+            resp.raise_for_status()
+            ids = [m.get("id") for m in resp.json().get("data", []) if isinstance(m, dict)]
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            pf.findings.append(Finding("models", False, f"/v1/models failed: {describe_error(exc)}"))
+            return pf
+        wanted = self.target.model
+        if not wanted and len(ids) == 1:
+            wanted = ids[0]
+        if wanted and (wanted in ids or self.target.backend == "llamacpp" and ids):
+            # llama-server answers any model name with its one model; it still lists an id.
+            pf.model = wanted
+            pf.findings.append(Finding("model", True, f"serves {', '.join(map(str, ids))}"))
+        else:
+            pf.findings.append(Finding("model", False, f"model {wanted or '(unspecified)'!r} not "
+                                       f"served; the server lists {ids}"))
+        return pf
+
+    # ---------------------------------------------------------------- prompts
+    async def tokenize(self, text: str) -> list[int] | None:
+        """Token ids from the server's own /tokenize (vLLM and llama-server), without
+        special tokens; None when the server has none."""
+        bodies = {
+            "vllm": [{"model": self.target.model, "prompt": text, "add_special_tokens": False}],
+            "llamacpp": [{"content": text, "add_special": False}],
+        }.get(self.target.backend) or [
+            {"model": self.target.model, "prompt": text, "add_special_tokens": False},
+            {"content": text, "add_special": False},
+        ]
+        for body in bodies:
+            try:
+                resp = await self._call("POST", "/tokenize", json=body)
+                if resp.status_code != 200:
+                    continue
+                tokens = resp.json().get("tokens")
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue
+            if isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens):
+                return tokens
+        return None
+
+    async def prepare(self, model: str) -> None:
+        """Build the prompt pool, then send the warmup requests; they calibrate prompt length
+        and open connections, and are not part of any result."""
+        self.target.model = model
+        text = " ".join(self.rng.choice(_WORDS) for _ in range(2000))
+        ids = await self.tokenize(text)
+        # Chat prompts must be text; completions take exact token ids.
+        pool = sorted(set(ids)) if ids and self.workload.api != "chat" else None
+        self.prompts = PromptFactory(pool, self.rng)
+        for i in range(self.workload.warmup_requests):
+            prompt = self.prompts.make(self.workload.prompt_tokens)
+            result = await self.send(-1 - i, prompt, self.workload.output_tokens, time.perf_counter())
+            if result.ok:
+                self.prompts.calibrate(prompt, self.workload.prompt_tokens, result.prompt_tokens)
+        if self.workload.warmup_requests == 0:
+            # Still learn how the server counts prompts, with one short request.
+            prompt = self.prompts.make(self.workload.prompt_tokens)
+            result = await self.send(-1, prompt, 1, time.perf_counter())
+            if result.ok:
+                self.prompts.calibrate(prompt, self.workload.prompt_tokens, result.prompt_tokens)
+
+    def body(self, prompt: list[int] | str, max_tokens: int) -> dict:
+        body = {
+            "model": self.target.model,
+            "max_tokens": max_tokens,
+            "temperature": self.workload.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": True,
+        }
+        if self.workload.api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        if self.target.backend == "llamacpp":
+            body["cache_prompt"] = False  # measure prefill every time
+            body["n_predict"] = max_tokens
+        if self.target.backend == "vllm":
+            body["min_tokens"] = max_tokens
+        return body
+
+    # ---------------------------------------------------------------- one request
+    async def send(self, index: int, prompt: list[int] | str, max_tokens: int, t0: float) -> RequestResult:
+        """Send one streaming request and time every chunk. Never raises for server faults:
+        they end up in `result.error` with their cause."""
+        result = RequestResult(index=index, sent=0.0, prompt_tokens_asked=self.workload.prompt_tokens,
+                               output_tokens_asked=max_tokens)
+        path = "/v1/chat/completions" if self.workload.api == "chat" else "/v1/completions"
+        body = self.body(prompt, max_tokens)
+        for attempt in (1, 2):
+            got_bytes = False
+            called = time.perf_counter()
+            wire = [called]
+
+            async def trace(event: str, info: dict) -> None:
+                # "Sent" is when the request starts going onto the socket, not when we asked
+                # httpx for it: the client's own queueing must not count as server latency.
+                if event.endswith("send_request_headers.started"):
+                    wire[0] = time.perf_counter()
+
+            try:
+                async with asyncio.timeout(self.timeouts.total):
+                    async with self.client.stream("POST", self.target.url(path), json=body,
+                                                  extensions={"trace": trace}) as resp:
+                        got_bytes = True
+                        sent = wire[0]
+                        result.sent = sent - t0
+                        result.dispatch_delay = sent - called
+                        result.status_code = resp.status_code
+                        if resp.status_code != 200:
+                            text = (await resp.aread())[:500].decode("utf-8", "replace")
+                            result.error, result.error_kind = f"HTTP {resp.status_code}: {text}", "http"
+                            return result
+                        await self._read_stream(resp, result, sent)
+                return self._check_complete(result)
+            except StreamError as exc:
+                result.error, result.error_kind = str(exc), "server" if "server error" in str(exc) else "protocol"
+            except (TimeoutError, httpx.TimeoutException) as exc:
+                result.error, result.error_kind = f"timeout: {describe_error(exc)}", "timeout"
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                # A keep-alive connection the server had already closed: safe to retry only
+                # when no byte of the response arrived.
+                if not got_bytes and attempt == 1:
+                    continue
+                result.error, result.error_kind = f"connection lost: {describe_error(exc)}", "protocol"
+            except httpx.ConnectError as exc:
+                result.error, result.error_kind = f"cannot connect: {describe_error(exc)}", "connect"
+            except (httpx.HTTPError, SSEError) as exc:
+                result.error, result.error_kind = f"{describe_error(exc)}", "protocol"
+            finally:
+                if not got_bytes:
+                    result.sent = wire[0] - t0
+            return result
+        return result
+
+    async def _read_stream(self, resp: httpx.Response, result: RequestResult, sent: float) -> None:
+        async for event in EventSource(resp).aiter_sse():
+            now = time.perf_counter()
+            if not event.data:
+                continue
+            chunk = parse_chunk(event.data)
+            if chunk.done:
+                break
+            if chunk.is_content:
+                if result.first_content is None:
+                    result.first_content = now - sent
+                result.chunk_times.append(now - sent)
+                result.chunk_tokens.append(1)
+                result.client_output_tokens += 1
+            if chunk.usage:
+                result.prompt_tokens = _int_or_none(chunk.usage.get("prompt_tokens"))
+                result.output_tokens = _int_or_none(chunk.usage.get("completion_tokens"))
+            if chunk.timings:
+                result.timings = chunk.timings
+            if chunk.finish_reason:
+                result.finish_reason = chunk.finish_reason
+
+    @staticmethod
+    def _check_complete(result: RequestResult) -> RequestResult:
+        if result.first_content is None:
+            result.error, result.error_kind = "stream ended without any generated content", "protocol"
+        elif result.finish_reason is None and result.output_tokens is None:
+            result.error, result.error_kind = "stream ended early (no finish_reason and no usage)", "protocol"
+        return result
+
+    # ---------------------------------------------------------------- one level
+    async def open_connections(self, n: int) -> None:
+        """Open `n` pooled connections with tiny requests, so that connection setup never
+        lands in a measured TTFT."""
+        async def tiny(i: int) -> None:
+            await self.send(-1000 - i, self.prompts.make(8), 1, time.perf_counter())
+        await asyncio.gather(*(tiny(i) for i in range(n)))
+
+    async def measure_level(self, concurrency: int, n_requests: int,
+                            progress: ProgressCallback | None = None) -> LevelOutcome:
+        """Closed loop: `concurrency` streams, each sending its next request when the previous
+        one finished, until `n_requests` were sent."""
+        await self.open_connections(concurrency)
+        prompts = [self.prompts.make(self.workload.prompt_tokens) for _ in range(n_requests)]
+        results: list[RequestResult] = []
+        next_index = 0
+        stop = False
+        started_at, t0 = time.time(), time.perf_counter()
+
+        async def stream_worker() -> None:
+            nonlocal next_index, stop
+            while not stop and next_index < n_requests:
+                i = next_index
+                next_index += 1
+                result = await self.send(i, prompts[i], self.workload.output_tokens, t0)
+                results.append(result)
+                if progress is not None and not await progress(result):
+                    stop = True
+
+        await asyncio.gather(*(stream_worker() for _ in range(concurrency)))
+        if stop:
+            raise Cancelled()
+        results.sort(key=lambda r: r.index)
+        return LevelOutcome(concurrency, results, started_at, level_wall_time(results), t0)
+
+    def failed_level(self, concurrency: int, n_requests: int, cause: str, kind: str) -> LevelOutcome:
+        """A level that could not be measured (preflight failed): every request failed with
+        the cause, so the run still finishes and shows why."""
+        results = [RequestResult(index=i, sent=0.0, prompt_tokens_asked=self.workload.prompt_tokens,
+                                 output_tokens_asked=self.workload.output_tokens, error=cause,
+                                 error_kind=kind) for i in range(n_requests)]
+        return LevelOutcome(concurrency, results, time.time(), 0.0)
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return f"{exc.__class__.__name__}: {text}"[:300] if str(exc) else text
+
+
+def _int_or_none(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

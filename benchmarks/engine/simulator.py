@@ -1,0 +1,374 @@
+"""A simulated OpenAI-compatible streaming server with known latencies.
+
+It speaks the vLLM dialect (usage chunk, /version, vllm:* metrics) and the llama.cpp dialect
+(`timings` in the last chunk, /props, /slots, llamacpp:* metrics, a BOS token added to every
+prompt), both with /health, /v1/models, /tokenize, /v1/completions and /v1/chat/completions.
+
+Latency model: a request waits for one of `slots`, then its prefill takes
+`prefill_ms + prompt_tokens * prefill_ms_per_token`, then one token is written every
+`decode_ms`. Tokens are scheduled on absolute times, so the truth does not drift.
+
+It knows the truth: with `truth=True` it records, on the machine's monotonic clock (the same
+clock as `time.perf_counter()` in the client on Linux), when each request was received and
+when each chunk was written (GET /_truth).
+
+Faults for tests (`fault`, applied to every `fault_every`-th request): http500, reset (the
+connection is dropped mid-stream), stall (stops writing mid-stream), malformed (a non-JSON
+chunk), error_chunk (an error object in the stream), truncate (the stream ends without
+finish_reason or usage), slow_drip (each token split over several chunks, slowly).
+
+Written on raw asyncio streams rather than a web framework because fault injection needs
+control of the socket (dropping a connection mid-chunk) and the scheduling overhead must stay
+small at hundreds of streams on two cores.
+
+Run: python -m benchmarks.engine.simulator --port 8100 --dialect llamacpp --decode-ms 10
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+
+FAULTS = ("none", "http500", "reset", "stall", "malformed", "error_chunk", "truncate", "slow_drip")
+
+
+@dataclass
+class SimConfig:
+    dialect: str = "vllm"  # vllm | llamacpp
+    model: str = "sim-model"
+    prefill_ms: float = 5.0
+    prefill_ms_per_token: float = 0.0
+    decode_ms: float = 10.0
+    slots: int = 64
+    reasoning_tokens: int = 0  # chat: the first N tokens are reasoning_content
+    eos_after: int = 0  # without ignore_eos, stop after N tokens (0 = never)
+    fault: str = "none"
+    fault_every: int = 1
+    fault_after_tokens: int = 3
+    max_keepalive_requests: int = 0  # drop the request after N on one connection (0 = never)
+    truth: bool = False
+    vocab: int = 32000
+
+
+def count_tokens(prompt) -> list[int]:
+    """The simulator's tokenizer: one token per whitespace-separated word; token-id lists as
+    they are."""
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return list(prompt)
+    if isinstance(prompt, str):
+        return [zlib.crc32(w.encode()) % 30000 + 1000 for w in prompt.split()]
+    raise ValueError("prompt must be a string or a list of token ids")
+
+
+class Simulator:
+    def __init__(self, config: SimConfig):
+        self.config = config
+        self.slots = asyncio.Semaphore(config.slots)
+        self.request_count = 0
+        self.running = 0
+        self.waiting = 0
+        self.tokens_predicted = 0
+        self.prompt_tokens_total = 0
+        self.truth: list[dict] = []
+        self.server: asyncio.base_events.Server | None = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self.server = await asyncio.start_server(self.handle, host, port, backlog=2048)
+        return self.server.sockets[0].getsockname()[1]
+
+    # ------------------------------------------------------------------ HTTP
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                received = time.perf_counter()
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in
+                           (line.partition(":") for line in lines[1:] if line)}
+                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                received = time.perf_counter()
+                served += 1
+                if 0 < self.config.max_keepalive_requests < served:
+                    # Like a server that already closed an idle keep-alive connection: the
+                    # request is read and dropped without a byte of response.
+                    return
+                close = headers.get("connection", "").lower() == "close"
+                keep = await self.route(method, path.split("?")[0], body, writer, received, close)
+                if not keep or close:
+                    return
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    async def respond(self, writer, status: int, payload, close: bool, content_type="application/json") -> bool:
+        data = payload if isinstance(payload, bytes) else (
+            payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error",
+                  503: "Service Unavailable"}.get(status, "OK")
+        writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+                     f"Content-Length: {len(data)}\r\n"
+                     f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n".encode() + data)
+        await writer.drain()
+        return not close
+
+    async def route(self, method, path, body, writer, received, close) -> bool:
+        cfg = self.config
+        if method == "GET" and path == "/health":
+            return await self.respond(writer, 200, {"status": "ok"} if cfg.dialect == "llamacpp" else b"", close)
+        if method == "GET" and path == "/v1/models":
+            return await self.respond(writer, 200, {"object": "list", "data": [
+                {"id": cfg.model, "object": "model", "owned_by": "simulator"}]}, close)
+        if method == "GET" and path == "/metrics":
+            return await self.respond(writer, 200, self.metrics_text(), close, "text/plain; version=0.0.4")
+        if method == "GET" and path == "/version" and cfg.dialect == "vllm":
+            return await self.respond(writer, 200, {"version": "0.0.0-simulator"}, close)
+        if method == "GET" and path == "/props" and cfg.dialect == "llamacpp":
+            return await self.respond(writer, 200, {
+                "total_slots": cfg.slots, "model_path": f"/models/{cfg.model}.gguf",
+                "default_generation_settings": {"n_ctx": 4096}, "build_info": "simulator"}, close)
+        if method == "GET" and path == "/slots" and cfg.dialect == "llamacpp":
+            return await self.respond(writer, 200, [{"id": i, "n_ctx": 4096, "is_processing": False}
+                                                    for i in range(cfg.slots)], close)
+        if method == "GET" and path == "/_truth":
+            return await self.respond(writer, 200, self.truth, close)
+        if method == "POST" and path == "/tokenize":
+            try:
+                req = json.loads(body or b"{}")
+                ids = count_tokens(req.get("prompt", req.get("content", "")))
+            except (ValueError, AttributeError) as exc:
+                return await self.respond(writer, 400, {"error": {"message": str(exc)}}, close)
+            out = {"tokens": ids}
+            if cfg.dialect == "vllm":
+                out.update(count=len(ids), max_model_len=4096)
+            return await self.respond(writer, 200, out, close)
+        if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+            return await self.generate(path, body, writer, received, close)
+        return await self.respond(writer, 404, {"error": {"message": f"no route {method} {path}"}}, close)
+
+    # ------------------------------------------------------------------ generation
+    async def generate(self, path, body, writer, received, close) -> bool:
+        cfg = self.config
+        chat = path.endswith("chat/completions")
+        try:
+            req = json.loads(body)
+            if req.get("model") not in (cfg.model, None, "") and cfg.dialect == "vllm":
+                return await self.respond(writer, 404, {"error": {
+                    "message": f"The model `{req.get('model')}` does not exist."}}, close)
+            prompt = (" ".join(str(m.get("content", "")) for m in req["messages"]) if chat
+                      else req["prompt"])
+            prompt_ids = count_tokens(prompt)
+            max_tokens = int(req.get("max_tokens") or req.get("n_predict") or 16)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
+        n_prompt = len(prompt_ids) + (1 if cfg.dialect == "llamacpp" else 0) + (8 if chat else 0)
+        n_out = max_tokens
+        if cfg.eos_after and not req.get("ignore_eos"):
+            n_out = min(n_out, cfg.eos_after)
+        self.request_count += 1
+        fault = cfg.fault if cfg.fault != "none" and self.request_count % max(cfg.fault_every, 1) == 0 else "none"
+        if fault == "http500":
+            return await self.respond(writer, 500, {"error": {"message": "simulated internal error"}}, close)
+        truth = {"received": received, "chunks": []} if cfg.truth else None
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n" +
+                     (b"Connection: close\r\n\r\n" if close else b"Connection: keep-alive\r\n\r\n"))
+        await writer.drain()
+
+        def event(obj) -> bytes:
+            data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+            return b"%x\r\n%s\r\n" % (len(data), data)
+
+        cid = f"cmpl-sim-{self.request_count}"
+        base = {"id": cid, "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": cfg.model}
+        self.waiting += 1
+        async with self.slots:
+            self.waiting -= 1
+            self.running += 1
+            try:
+                start = time.perf_counter()
+                prefill_s = (cfg.prefill_ms + n_prompt * cfg.prefill_ms_per_token) / 1000.0
+                if chat:
+                    writer.write(event({**base, "choices": [{"index": 0, "delta": {"role": "assistant"},
+                                                             "finish_reason": None}]}))
+                first_at = start + prefill_s
+                decode_s = cfg.decode_ms / 1000.0
+                for k in range(n_out):
+                    await _sleep_until(first_at + k * decode_s)
+                    if fault in ("reset", "stall", "malformed", "error_chunk", "truncate") and k == cfg.fault_after_tokens:
+                        if fault == "reset":
+                            writer.transport.abort()
+                            return False
+                        if fault == "stall":
+                            await asyncio.sleep(3600)
+                        if fault == "malformed":
+                            writer.write(event(b"{not json"))
+                        if fault == "error_chunk":
+                            writer.write(event({"error": {"message": "simulated failure in stream", "code": 500}}))
+                        if fault == "truncate":
+                            writer.write(b"0\r\n\r\n")
+                            await writer.drain()
+                            return False
+                        await writer.drain()
+                        if fault in ("malformed", "error_chunk"):
+                            writer.write(b"0\r\n\r\n")
+                            await writer.drain()
+                            return not close
+                    text = " tok"
+                    last = k == n_out - 1
+                    finish = ("length" if n_out == max_tokens else "stop") if last and cfg.dialect == "vllm" else None
+                    if chat:
+                        key = "reasoning_content" if k < cfg.reasoning_tokens else "content"
+                        choice = {"index": 0, "delta": {key: text}, "finish_reason": finish}
+                    else:
+                        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+                    pieces = [text]
+                    if fault == "slow_drip":
+                        pieces = [text[:2], text[2:]]
+                    for p in pieces:
+                        c = dict(choice)
+                        if chat:
+                            c["delta"] = {key: p}
+                        else:
+                            c["text"] = p
+                        writer.write(event({**base, "choices": [c]}))
+                        await writer.drain()
+                        if truth is not None:
+                            truth["chunks"].append(time.perf_counter())
+                        if fault == "slow_drip":
+                            await asyncio.sleep(decode_s)
+                    self.tokens_predicted += 1
+                end = time.perf_counter()
+                self.prompt_tokens_total += n_prompt
+                usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out,
+                         "total_tokens": n_prompt + n_out}
+                if cfg.dialect == "llamacpp":
+                    finish = "length" if n_out == max_tokens else "stop"
+                    predicted_ms = max((end - first_at) * 1000.0, 1e-6)
+                    final = {**base, "choices": [{"index": 0, "finish_reason": finish,
+                                                  **({"delta": {}} if chat else {"text": ""})}],
+                             "usage": usage, "timings": {
+                                 "cache_n": 0, "prompt_n": n_prompt, "prompt_ms": prefill_s * 1000.0,
+                                 "prompt_per_second": n_prompt / prefill_s if prefill_s else 0.0,
+                                 "predicted_n": n_out, "predicted_ms": predicted_ms,
+                                 "predicted_per_second": (n_out - 1) / predicted_ms * 1000.0 if n_out > 1 else 0.0}}
+                    writer.write(event(final))
+                else:
+                    writer.write(event({**base, "choices": [], "usage": usage}))
+                writer.write(event(b"[DONE]") + b"0\r\n\r\n")
+                await writer.drain()
+                if truth is not None:
+                    self.truth.append(truth)
+                return not close
+            finally:
+                self.running -= 1
+
+    def metrics_text(self) -> str:
+        if self.config.dialect == "llamacpp":
+            return ("# TYPE llamacpp:requests_processing gauge\n"
+                    f"llamacpp:requests_processing {self.running}\n"
+                    "# TYPE llamacpp:requests_deferred gauge\n"
+                    f"llamacpp:requests_deferred {self.waiting}\n"
+                    "# TYPE llamacpp:tokens_predicted_total counter\n"
+                    f"llamacpp:tokens_predicted_total {self.tokens_predicted}\n"
+                    "# TYPE llamacpp:prompt_tokens_total counter\n"
+                    f"llamacpp:prompt_tokens_total {self.prompt_tokens_total}\n")
+        label = f'{{model_name="{self.config.model}"}}'
+        return ("# TYPE vllm:num_requests_running gauge\n"
+                f"vllm:num_requests_running{label} {self.running}\n"
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                f"vllm:num_requests_waiting{label} {self.waiting}\n"
+                "# TYPE vllm:kv_cache_usage_perc gauge\n"
+                f"vllm:kv_cache_usage_perc{label} {min(1.0, self.running / max(self.config.slots, 1))}\n"
+                "# TYPE vllm:generation_tokens_total counter\n"
+                f"vllm:generation_tokens_total{label} {self.tokens_predicted}\n"
+                "# TYPE vllm:prompt_tokens_total counter\n"
+                f"vllm:prompt_tokens_total{label} {self.prompt_tokens_total}\n")
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+class SimulatorProcess:
+    """Start the simulator in its own process (so it never shares an event loop or the GIL
+    with the client it is measuring). Use as a context manager; `.url` is its base URL."""
+
+    def __init__(self, config: SimConfig | None = None, **overrides):
+        self.config = config or SimConfig(**overrides)
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def __enter__(self) -> "SimulatorProcess":
+        args = [sys.executable, "-m", "benchmarks.engine.simulator", "--port", "0",
+                "--config-json", json.dumps(asdict(self.config))]
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, cwd=root)
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            raise RuntimeError(f"simulator did not start: {line!r}")
+        self.url = line.split()[-1]
+        return self
+
+    def truth(self) -> list[dict]:
+        import httpx
+        return httpx.get(self.url + "/_truth", timeout=30).json()
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument("--config-json", default="", help="all settings at once, as JSON")
+    for name, f in SimConfig.__dataclass_fields__.items():
+        ap.add_argument("--" + name.replace("_", "-"), type=type(f.default) if f.default is not None else str,
+                        default=None)
+    a = ap.parse_args(argv)
+    cfg = SimConfig(**json.loads(a.config_json)) if a.config_json else SimConfig()
+    for name in SimConfig.__dataclass_fields__:
+        value = getattr(a, name)
+        if value is not None:
+            setattr(cfg, name, value)
+    if cfg.fault not in FAULTS:
+        ap.error(f"--fault must be one of {', '.join(FAULTS)}")
+
+    async def serve() -> None:
+        sim = Simulator(cfg)
+        port = await sim.start(a.host, a.port)
+        print(f"listening on http://{a.host}:{port}", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

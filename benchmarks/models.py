@@ -1,0 +1,268 @@
+import secrets
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+from django.utils.text import slugify
+
+
+def new_public_id() -> str:
+    """128 random bits, URL-safe: permalinks nobody can guess or enumerate."""
+    return secrets.token_urlsafe(16)
+
+
+class Host(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    queue_name = models.SlugField(max_length=100, unique=True, blank=True,
+                                  help_text="Celery queue that this host's worker consumes. "
+                                            "Default: host-<name>.")
+    cpu = models.CharField("CPU", max_length=200, blank=True)
+    ram_gb = models.FloatField("RAM (GB)", null=True, blank=True)
+    os = models.CharField("OS", max_length=200, blank=True)
+    driver_version = models.CharField(max_length=50, blank=True)
+    cuda_version = models.CharField("CUDA driver version", max_length=50, blank=True)
+    interconnect = models.CharField(max_length=20, blank=True, choices=[
+        ("pcie", "PCIe only"), ("nvlink", "NVLink"), ("", "unknown")])
+    notes = models.TextField(blank=True)
+    probe_status = models.CharField(max_length=300, blank=True)
+    probed_at = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def save(self, *args, **kwargs):
+        if not self.queue_name:
+            self.queue_name = "host-" + slugify(self.name)
+        super().save(*args, **kwargs)
+
+
+class Gpu(models.Model):
+    host = models.ForeignKey(Host, models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=100)
+    uuid = models.CharField("UUID", max_length=100, blank=True)
+    memory_total_mib = models.PositiveIntegerField("VRAM (MiB)", null=True, blank=True)
+    compute_capability = models.CharField(max_length=10, blank=True, help_text="e.g. 7.0")
+    pcie_generation = models.PositiveSmallIntegerField(null=True, blank=True)
+    pcie_width = models.PositiveSmallIntegerField(null=True, blank=True)
+    nvlink = models.CharField("NVLink", max_length=100, blank=True)
+    ecc_mode = models.CharField("ECC mode", max_length=30, blank=True)
+    ecc_corrected = models.BigIntegerField(null=True, blank=True)
+    ecc_uncorrected = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host", "index"]
+        constraints = [models.UniqueConstraint(fields=["host", "index"], name="gpu_host_index")]
+
+    def __str__(self):
+        return f"{self.host} GPU{self.index} {self.name}"
+
+    @property
+    def memory_gib(self):
+        return None if self.memory_total_mib is None else self.memory_total_mib / 1024
+
+
+class Model(models.Model):
+    name = models.CharField(max_length=200, unique=True, help_text="e.g. DeepSeek-R1-Distill-Qwen-7B")
+    params_b = models.FloatField("parameters (billions)", null=True, blank=True)
+    architecture = models.CharField(max_length=100, blank=True)
+    context_length = models.PositiveIntegerField(null=True, blank=True)
+    layers = models.PositiveIntegerField(null=True, blank=True)
+    kv_heads = models.PositiveIntegerField("KV heads", null=True, blank=True)
+    head_dim = models.PositiveIntegerField("head size", null=True, blank=True)
+    notes = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Variant(models.Model):
+    QUANTIZATIONS = [
+        ("fp8_e4m3", "FP8 E4M3"), ("gguf_q4_k_m", "GGUF Q4_K_M"), ("awq", "AWQ 4-bit"),
+        ("gptq", "GPTQ 4-bit"), ("fp16", "FP16"), ("bf16", "BF16"), ("gguf_q8_0", "GGUF Q8_0"),
+        ("gguf_other", "GGUF (other)"), ("other", "other"),
+    ]
+    model = models.ForeignKey(Model, models.CASCADE, related_name="variants")
+    name = models.CharField(max_length=200)
+    quantization = models.CharField(max_length=20, choices=QUANTIZATIONS)
+    format = models.CharField(max_length=50, blank=True, help_text="e.g. safetensors, GGUF")
+    size_bytes = models.BigIntegerField("file size (bytes)", null=True, blank=True)
+    perplexity = models.FloatField(null=True, blank=True)
+    perplexity_source = models.CharField(max_length=300, blank=True,
+                                         help_text="Where the perplexity figure came from.")
+
+    class Meta:
+        ordering = ["model", "name"]
+        constraints = [models.UniqueConstraint(fields=["model", "name"], name="variant_model_name")]
+
+    def __str__(self):
+        return f"{self.model} · {self.name}"
+
+
+class Endpoint(models.Model):
+    BACKENDS = [("vllm", "vLLM"), ("llamacpp", "llama.cpp (llama-server)"),
+                ("openai", "other OpenAI-compatible")]
+    name = models.CharField(max_length=100, unique=True)
+    host = models.ForeignKey(Host, models.PROTECT, related_name="endpoints")
+    backend = models.CharField(max_length=20, choices=BACKENDS)
+    base_url = models.URLField("base URL", max_length=300,
+                               help_text="Server root, without /v1, e.g. http://gpu1:8000")
+    model_name = models.CharField("served model id", max_length=200, blank=True,
+                                  help_text="The id in /v1/models; blank = the only one served.")
+    variant = models.ForeignKey(Variant, models.SET_NULL, null=True, blank=True, related_name="endpoints")
+    api_key = models.CharField(max_length=300, blank=True)  # write-only: never rendered back
+    engine_version = models.CharField(max_length=100, blank=True)
+    launch_command = models.TextField(blank=True, help_text="The raw command line that started it.")
+    launch_flags = models.JSONField(default=dict, blank=True, help_text="Structured flags, e.g. "
+                                    '{"quantization": "fp8", "max-model-len": 8192}')
+    tensor_parallel_size = models.PositiveSmallIntegerField(default=1)
+    gpus = models.ManyToManyField(Gpu, blank=True, related_name="endpoints")
+    enabled = models.BooleanField(default=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def has_api_key(self) -> bool:
+        return bool(self.api_key)
+
+    def target(self):
+        from benchmarks.engine.client import Target
+
+        return Target(base_url=self.base_url, backend=self.backend, model=self.model_name,
+                      api_key=self.api_key)
+
+
+class Run(models.Model):
+    QUEUED, RUNNING, SUCCEEDED, PARTIAL, FAILED, CANCELLED = (
+        "queued", "running", "succeeded", "partial", "failed", "cancelled")
+    STATUSES = [(s, s) for s in (QUEUED, RUNNING, SUCCEEDED, PARTIAL, FAILED, CANCELLED)]
+    FINISHED = (SUCCEEDED, PARTIAL, FAILED, CANCELLED)
+    APIS = [("completions", "/v1/completions"), ("chat", "/v1/chat/completions")]
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    title = models.CharField(max_length=200, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="runs")
+    endpoints = models.ManyToManyField(Endpoint, related_name="runs")
+    queue_name = models.CharField(max_length=100, blank=True)
+    # The workload, as submitted.
+    prompt_tokens = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    output_tokens = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    temperature = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(2.0)])
+    api = models.CharField(max_length=20, choices=APIS, default="completions")
+    concurrency_levels = models.JSONField()
+    requests_per_level = models.PositiveIntegerField()
+    warmup_requests = models.PositiveIntegerField()
+    seed = models.BigIntegerField(null=True, blank=True)
+    # Life cycle.
+    status = models.CharField(max_length=20, choices=STATUSES, default=QUEUED, db_index=True)
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    progress_note = models.CharField(max_length=300, blank=True)
+    error = models.TextField(blank=True)
+    preflight = models.JSONField(default=dict, blank=True)  # endpoint id -> findings
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return self.title or f"run {self.public_id[:8]}"
+
+    def get_absolute_url(self):
+        from django.urls import reverse
+
+        return reverse("run-detail", args=[self.public_id])
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def progress_percent(self) -> int:
+        if not self.progress_total:
+            return 100 if self.is_finished else 0
+        return min(100, round(100 * self.progress_done / self.progress_total))
+
+    def workload(self):
+        from benchmarks.engine.client import Workload
+
+        return Workload(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
+                        temperature=self.temperature, concurrency_levels=list(self.concurrency_levels),
+                        requests_per_level=self.requests_per_level,
+                        warmup_requests=self.warmup_requests, api=self.api, seed=self.seed)
+
+    def claim(self) -> bool:
+        """queued -> running, atomically: only one worker can ever win a run."""
+        won = Run.objects.filter(id=self.id, status=Run.QUEUED).update(
+            status=Run.RUNNING, started=timezone.now())
+        if won:
+            self.refresh_from_db()
+        return bool(won)
+
+
+class LevelResult(models.Model):
+    """One endpoint at one load level: the aggregates from engine.metrics.summarize_level."""
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="levels")
+    endpoint = models.ForeignKey(Endpoint, models.PROTECT, related_name="levels")
+    concurrency = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    wall_s = models.FloatField()
+    completed = models.PositiveIntegerField()
+    failed = models.PositiveIntegerField()
+    summary = models.JSONField()
+
+    class Meta:
+        ordering = ["run", "endpoint__name", "concurrency"]
+        constraints = [models.UniqueConstraint(fields=["run", "endpoint", "concurrency"],
+                                               name="level_run_endpoint_concurrency")]
+
+    def __str__(self):
+        return f"{self.endpoint} @ {self.concurrency}"
+
+    def metric(self, name: str, stat: str = "p50"):
+        value = self.summary.get(name)
+        return value.get(stat) if isinstance(value, dict) else value
+
+
+class RequestRecord(models.Model):
+    """One measured request. Times are seconds: `sent` from the level's start, the others
+    from `sent`."""
+
+    level = models.ForeignKey(LevelResult, models.CASCADE, related_name="requests")
+    index = models.PositiveIntegerField()
+    sent = models.FloatField()
+    first_content = models.FloatField(null=True)
+    end = models.FloatField(null=True)
+    chunk_times = models.JSONField(default=list)
+    prompt_tokens = models.PositiveIntegerField(null=True)
+    output_tokens = models.PositiveIntegerField(null=True)
+    client_output_tokens = models.PositiveIntegerField(default=0)
+    finish_reason = models.CharField(max_length=30, blank=True)
+    timings = models.JSONField(null=True)
+    status_code = models.PositiveSmallIntegerField(null=True)
+    error = models.TextField(blank=True)
+    error_kind = models.CharField(max_length=20, blank=True)
+
+    class Meta:
+        ordering = ["level", "index"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.error

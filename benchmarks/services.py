@@ -1,0 +1,170 @@
+"""Services write: creating runs, executing them, storing what the engine measured."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime, timezone as dt_timezone
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
+
+from benchmarks.engine.client import Cancelled, LevelOutcome, Session
+from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run
+
+log = logging.getLogger(__name__)
+PROGRESS_EVERY_S = 0.5
+
+
+def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_tokens: int,
+               output_tokens: int, temperature: float, concurrency_levels: list[int],
+               requests_per_level: int, warmup_requests: int, api: str = "completions",
+               seed: int | None = None) -> Run:
+    run = Run.objects.create(
+        owner=owner, title=title, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+        temperature=temperature, concurrency_levels=sorted(set(concurrency_levels)),
+        requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
+        progress_total=len(endpoints) * len(set(concurrency_levels)) * requests_per_level,
+        queue_name=queue_for(endpoints),
+    )
+    run.endpoints.set(endpoints)
+    from benchmarks.tasks import run_execute_task
+
+    transaction.on_commit(lambda: run_execute_task.apply_async((run.id,), queue=run.queue_name))
+    return run
+
+
+def queue_for(endpoints: list[Endpoint]) -> str:
+    """A run goes to its endpoints' host queue (so the worker next to the GPU measures it)
+    when host queues are on and all endpoints share one host; else to the shared queue."""
+    hosts = {e.host.queue_name for e in endpoints}
+    if settings.HOST_QUEUES and len(hosts) == 1:
+        return hosts.pop()
+    return settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def run_cancel(*, run: Run) -> bool:
+    changed = Run.objects.filter(id=run.id, status__in=[Run.QUEUED, Run.RUNNING]).update(
+        status=Run.CANCELLED, finished=timezone.now(), progress_note="cancelled by a user")
+    return bool(changed)
+
+
+def run_execute(*, run_id: int) -> None:
+    """Measure a queued run: every endpoint, every level, stored level by level."""
+    run = Run.objects.get(id=run_id)
+    if not run.claim():
+        log.info("run %s not claimed (status %s)", run_id, run.status)
+        return
+    loop = asyncio.new_event_loop()
+    try:
+        for endpoint in run.endpoints.select_related("host").order_by("name"):
+            _measure_endpoint(run, endpoint, loop)
+    except Cancelled:
+        log.info("run %s cancelled", run_id)
+        return
+    except Exception as exc:  # a bug or an unexpected fault: keep what was measured, say why
+        log.exception("run %s failed", run_id)
+        _finish(run, Run.FAILED, error=f"{exc.__class__.__name__}: {exc}")
+        return
+    finally:
+        loop.close()
+    _finish(run, _final_status(run))
+
+
+def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop) -> None:
+    workload = run.workload()
+    done_levels = set(run.levels.filter(endpoint=endpoint).values_list("concurrency", flat=True))
+    session = Session(endpoint.target(), workload)
+    try:
+        _note(run, f"{endpoint.name}: preflight")
+        preflight = loop.run_until_complete(session.preflight())
+        run.preflight[str(endpoint.id)] = [f.to_dict() for f in preflight.findings]
+        Run.objects.filter(id=run.id).update(preflight=run.preflight)
+        if preflight.ok:
+            _note(run, f"{endpoint.name}: building prompts and warming up")
+            loop.run_until_complete(session.prepare(preflight.model))
+        for concurrency in workload.concurrency_levels:
+            if concurrency in done_levels:
+                continue
+            if preflight.ok:
+                _note(run, f"{endpoint.name}: {concurrency} concurrent")
+                progress = _ProgressReporter(run)
+                outcome = loop.run_until_complete(session.measure_level(
+                    concurrency, workload.requests_per_level, progress))
+            else:
+                outcome = session.failed_level(concurrency, workload.requests_per_level,
+                                               f"preflight failed: {preflight.cause}", "preflight")
+            level_store(run=run, endpoint=endpoint, outcome=outcome)
+    finally:
+        loop.run_until_complete(session.close())
+
+
+class _ProgressReporter:
+    """Called by the engine after each request, inside its event loop: every half second it
+    saves progress from a thread (the ORM is synchronous) and learns whether the run was
+    cancelled."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.base = run.progress_done
+        self.count = 0
+        self.last = 0.0
+
+    async def __call__(self, result) -> bool:
+        self.count += 1
+        now = time.monotonic()
+        if now - self.last < PROGRESS_EVERY_S:
+            return True
+        self.last = now
+        return await asyncio.to_thread(self._save, self.base + self.count)
+
+    def _save(self, done: int) -> bool:
+        try:
+            Run.objects.filter(id=self.run.id, status=Run.RUNNING).update(progress_done=done)
+            return Run.objects.filter(id=self.run.id).values_list("status", flat=True).first() == Run.RUNNING
+        finally:
+            connection.close()  # this thread's own connection
+
+
+def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome) -> LevelResult:
+    from benchmarks.engine.metrics import summarize_level
+
+    summary = summarize_level(outcome.results, outcome.wall_s)
+    with transaction.atomic():
+        level = LevelResult.objects.create(
+            run=run, endpoint=endpoint, concurrency=outcome.concurrency,
+            started_at=datetime.fromtimestamp(outcome.started_at, tz=dt_timezone.utc),
+            wall_s=outcome.wall_s, completed=summary["completed"], failed=summary["failed"],
+            summary=summary)
+        RequestRecord.objects.bulk_create([
+            RequestRecord(level=level, index=r.index, sent=r.sent, first_content=r.first_content,
+                          end=r.e2e, chunk_times=r.chunk_times, prompt_tokens=r.prompt_tokens,
+                          output_tokens=r.output_tokens, client_output_tokens=r.client_output_tokens,
+                          finish_reason=r.finish_reason or "", timings=r.timings,
+                          status_code=r.status_code, error=r.error, error_kind=r.error_kind)
+            for r in outcome.results], batch_size=500)
+        stored = RequestRecord.objects.filter(level__run=run).count()
+        Run.objects.filter(id=run.id).update(progress_done=stored)
+    run.progress_done = stored
+    return level
+
+
+def _note(run: Run, note: str) -> None:
+    Run.objects.filter(id=run.id).update(progress_note=note[:300])
+
+
+def _final_status(run: Run) -> str:
+    levels = list(run.levels.all())
+    completed = sum(lv.completed for lv in levels)
+    failed = sum(lv.failed for lv in levels)
+    if completed == 0:
+        return Run.FAILED
+    return Run.PARTIAL if failed else Run.SUCCEEDED
+
+
+def _finish(run: Run, status: str, error: str = "") -> None:
+    # Never overwrite a cancellation that came in meanwhile.
+    close_old_connections()
+    Run.objects.filter(id=run.id, status=Run.RUNNING).update(
+        status=status, finished=timezone.now(), error=error[:5000], progress_note="")

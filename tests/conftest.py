@@ -1,0 +1,126 @@
+"""Shared fixtures: real PostgreSQL and Redis (from the environment), a real Celery worker
+process, the simulated server, and a real llama.cpp server."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchmarks.engine.simulator import SimConfig, SimulatorProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+LLM_SERVERS = ROOT / "scripts" / "llm-servers.sh"
+
+
+@pytest.fixture
+def simulator():
+    """Start a simulator process with the given settings; stopped after the test."""
+    started = []
+
+    def start(**settings) -> SimulatorProcess:
+        sim = SimulatorProcess(SimConfig(**settings)).__enter__()
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.__exit__(None, None, None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server process exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer 200 within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker):
+    """A real `celery worker` process on the test database and the test broker, consuming
+    the shared queue. Needs transactional tests (the worker sees committed rows only)."""
+    from django.conf import settings
+    from django.db import connection
+
+    broker = settings.CELERY_BROKER_URL
+    assert not broker.startswith("memory"), "tests need a real broker"
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env["DATABASE_URL"] = (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+                           if "postgresql" in db["ENGINE"] else f"sqlite:///{db['NAME']}")
+    env["CELERY_BROKER_URL"] = broker
+    from v100site.celery import app
+
+    app.control.purge()  # nothing left over from an earlier test session
+    log = open(ROOT / "var" / "test-worker.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "v100site", "worker", "--pool", "solo",
+         "--concurrency", "1", "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--loglevel", "INFO",
+         "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if "ready" in (ROOT / "var" / "test-worker.log").read_text():
+            break
+        if proc.poll() is not None:
+            raise RuntimeError("celery worker exited: " + (ROOT / "var" / "test-worker.log").read_text()[-2000:])
+        time.sleep(0.2)
+    else:
+        raise RuntimeError("celery worker did not become ready")
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def llama_server():
+    """A real llama.cpp llama-server (built from the llama-cpp-python sdist) serving the Gemma 3
+    270M Q4_K_M GGUF on the CPU. scripts/test.sh builds and caches both first."""
+    binary = subprocess.run(["bash", str(LLM_SERVERS), "path"], capture_output=True, text=True).stdout.split()
+    if len(binary) != 2 or not all(Path(p).exists() for p in binary):
+        pytest.fail("llama-server or its model is not built: run `scripts/llm-servers.sh build` and `... model` "
+                    "(scripts/test.sh does it)")
+    port = free_port()
+    proc = subprocess.Popen(["bash", str(LLM_SERVERS), "serve", str(port), "--parallel", "4", "-c", "4096",
+                             "-t", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/health", 120, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture
+def chromium_path() -> str:
+    path = shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.path.exists(path):
+        pytest.fail("Debian's chromium is not installed (scripts/test.sh installs it)")
+    return path

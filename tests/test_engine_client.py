@@ -1,0 +1,131 @@
+"""The load generator against the simulated server: known latencies come back, every kind of
+server fault becomes a recorded error with its cause, never an exception."""
+import asyncio
+
+import pytest
+
+from benchmarks.engine.client import Session, Target, Timeouts, Workload
+from benchmarks.engine.metrics import summarize_level
+from conftest import free_port
+
+
+def measure(url, backend="vllm", levels=(1,), n=8, timeouts=None, model="", **workload):
+    async def go():
+        wl = Workload(concurrency_levels=list(levels), requests_per_level=n, **workload)
+        session = Session(Target(url, backend, model=model), wl, timeouts)
+        try:
+            pf = await session.preflight()
+            if not pf.ok:
+                return pf, []
+            await session.prepare(pf.model)
+            return pf, [await session.measure_level(c, n) for c in levels]
+        finally:
+            await session.close()
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "llamacpp"])
+def test_known_latencies_come_back_within_tolerance(simulator, dialect):
+    sim = simulator(dialect=dialect, prefill_ms=40, prefill_ms_per_token=0.05, decode_ms=8)
+    _, outcomes = measure(sim.url, dialect, levels=(1, 4), n=8, prompt_tokens=200, output_tokens=30)
+    for outcome in outcomes:
+        s = summarize_level(outcome.results, outcome.wall_s)
+        assert s["failed"] == 0
+        # The truth: TTFT = 40 + 200 * 0.05 = 50 ms; TPOT = 8 ms.
+        assert s["ttft_ms"]["p50"] == pytest.approx(50, abs=5)
+        assert s["tpot_ms"]["p50"] == pytest.approx(8, abs=0.5)
+        assert all(r.prompt_tokens == 200 and r.output_tokens == 30 for r in outcome.results)
+
+
+def test_prompts_are_exact_even_when_the_server_adds_a_bos_token(simulator):
+    sim = simulator(dialect="llamacpp", decode_ms=1)
+    _, [outcome] = measure(sim.url, "llamacpp", n=4, prompt_tokens=77, output_tokens=3)
+    assert [r.prompt_tokens for r in outcome.results] == [77] * 4
+
+
+def test_every_request_gets_a_fresh_prompt(simulator):
+    sim = simulator(decode_ms=1)
+
+    async def go():
+        s = Session(Target(sim.url, "vllm"), Workload(prompt_tokens=50))
+        await s.prepare((await s.preflight()).model)
+        prompts = [s.prompts.make(50) for _ in range(20)]
+        await s.close()
+        return prompts
+    prompts = asyncio.run(go())
+    assert len({tuple(p) for p in prompts}) == 20
+
+
+def test_closed_loop_keeps_the_asked_concurrency(simulator):
+    sim = simulator(decode_ms=5, slots=64)
+    _, [outcome] = measure(sim.url, levels=(4,), n=12, output_tokens=10)
+    # 12 requests over 4 streams of ~55 ms each: three rounds, not one and not twelve.
+    assert 0.12 < outcome.wall_s < 0.4
+
+
+def test_a_dead_server_fails_preflight_with_the_cause():
+    pf, _ = measure(f"http://127.0.0.1:{free_port()}")
+    assert not pf.ok and "unreachable" in pf.cause
+
+
+def test_a_wrong_model_fails_preflight_with_the_models_served(simulator):
+    sim = simulator(model="served-model")
+    pf, _ = measure(sim.url, model="other-model")
+    assert not pf.ok and "served-model" in pf.cause and "other-model" in pf.cause
+
+
+def one_level(url, **kw):
+    _, [outcome] = measure(url, n=4, output_tokens=10, **kw)
+    return outcome.results
+
+
+@pytest.mark.parametrize("fault, kind, text", [
+    ("http500", "http", "HTTP 500"),
+    ("reset", "protocol", "connection lost"),
+    ("malformed", "protocol", "not JSON"),
+    ("error_chunk", "server", "simulated failure in stream"),
+    ("truncate", "protocol", "stream ended early"),
+])
+def test_server_faults_are_recorded_per_request(simulator, fault, kind, text):
+    sim = simulator(decode_ms=2, fault=fault, fault_every=2)
+    results = one_level(sim.url, warmup_requests=0)
+    failed = [r for r in results if not r.ok]
+    assert failed, "every second request should fail"
+    assert all(r.error_kind == kind and text in r.error for r in failed)
+    assert any(r.ok for r in results)
+
+
+def test_a_stalled_stream_times_out_with_the_cause(simulator):
+    sim = simulator(decode_ms=2, fault="stall")
+    results = one_level(sim.url, warmup_requests=0, timeouts=Timeouts(connect=2, first_byte=0.5, total=5))
+    assert all(r.error_kind == "timeout" for r in results)
+
+
+def test_a_slow_drip_of_split_chunks_still_completes(simulator):
+    sim = simulator(decode_ms=2, fault="slow_drip")
+    results = one_level(sim.url)
+    assert all(r.ok and r.output_tokens == 10 for r in results)
+    assert all(r.client_output_tokens == 20 for r in results)  # two chunks per token
+
+
+def test_a_keepalive_connection_closed_by_the_server_is_retried(simulator):
+    # The simulator closes every connection after one request, like llama-server under load.
+    sim = simulator(decode_ms=1, max_keepalive_requests=1)
+    results = one_level(sim.url)
+    assert all(r.ok for r in results)
+
+
+def test_requests_that_stop_short_are_flagged(simulator):
+    sim = simulator(decode_ms=1, eos_after=4)
+
+    async def go():
+        s = Session(Target(sim.url, "vllm"), Workload(output_tokens=10, warmup_requests=0))
+        await s.prepare((await s.preflight()).model)
+        body = s.body(s.prompts.make(10), 10)
+        body.pop("ignore_eos")
+        s.body = lambda prompt, n: body
+        r = await s.send(0, [], 10, 0.0)
+        await s.close()
+        return r
+    r = asyncio.run(go())
+    assert r.ok and r.output_tokens == 4 and r.stopped_short

@@ -1,0 +1,161 @@
+"""One settings file; every knob comes from the environment with an embedded default.
+
+On one machine nothing needs setting: SQLite and a filesystem Celery broker under var/.
+A team sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis).
+"""
+import os
+from pathlib import Path
+
+import dj_database_url
+import plotly
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("V100SITE_VAR_DIR", BASE_DIR / "var"))
+
+
+def envbool(name, default):
+    return os.environ.get(name, default).lower() in ("1", "true", "yes", "on")
+
+
+def envint(name, default):
+    return int(os.environ.get(name, default))
+
+
+def envsecret(name, default=None):
+    """A secret from NAME, or from the file named by NAME_FILE (docker secrets)."""
+    path = os.environ.get(name + "_FILE")
+    if path:
+        with open(path) as f:
+            return f.read().strip()
+    return os.environ.get(name, default)
+
+
+DEBUG = envbool("DEBUG", "False")
+SECRET_KEY = envsecret("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and envbool("REQUIRE_SECRET_KEY", "False"):
+        raise RuntimeError("SECRET_KEY (or SECRET_KEY_FILE) must be set")
+    # A per-checkout key kept under var/ so sessions survive restarts on one machine.
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        import secrets
+
+        key_file.write_text(secrets.token_urlsafe(50))
+    SECRET_KEY = key_file.read_text().strip()
+
+ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+SITE_NAME = os.environ.get("SITE_NAME", "v100site")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "benchmarks",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "v100site.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = "v100site.wsgi.application"
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
+        conn_max_age=envint("DB_CONN_MAX_AGE", "0"),
+    )
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The web server and a worker write to one file: wait for the lock instead of failing.
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "run-list"
+LOGOUT_REDIRECT_URL = "run-list"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    # Plotly's own bundle from the installed plotly package: served by us, never a CDN.
+    ("plotly", Path(plotly.__file__).parent / "package_data"),
+]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True  # serve straight from the finders in development and tests
+
+# Celery: an embedded filesystem broker by default, Redis (or any kombu URL) for a team.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    for sub in ("queue", "processed"):
+        (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+else:
+    # Redis redelivers an unacknowledged task after this long; a run may take hours.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", "43200")}
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_DEFAULT_QUEUE", "runs")
+CELERY_TASK_IGNORE_RESULT = True
+# Route each run to its host's queue (a worker per GPU host). Off on one machine, where one
+# worker consumes the shared queue.
+HOST_QUEUES = envbool("HOST_QUEUES", "False")
+CELERY_TASK_ACKS_LATE = True  # a task whose worker died is delivered again, not lost
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Limits on what one run may ask for.
+MAX_CONCURRENCY = envint("MAX_CONCURRENCY", "512")
+MAX_REQUESTS_PER_LEVEL = envint("MAX_REQUESTS_PER_LEVEL", "10000")
+MAX_TOKENS = envint("MAX_TOKENS", "131072")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+}
