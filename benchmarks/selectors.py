@@ -1,7 +1,7 @@
 """Selectors read: what pages, charts and exports show."""
 from __future__ import annotations
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 
 from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run
 

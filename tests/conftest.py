@@ -93,6 +93,11 @@ def celery_worker_process(django_db_setup, django_db_blocker):
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
+    if "postgresql" in db["ENGINE"]:
+        # Sessions left by the worker or live-server threads would block dropping the test DB.
+        with django_db_blocker.unblock(), connection.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
 @pytest.fixture(scope="session")

@@ -122,6 +122,7 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True  # serve straight from the finders in development and tests
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 # Celery: an embedded filesystem broker by default, Redis (or any kombu URL) for a team.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")

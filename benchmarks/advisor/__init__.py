@@ -30,12 +30,25 @@ EngineBuilds(vllm_version: tuple[int, int] | None = None, vllm_fp8_sm75: bool = 
 Candidate(key, label, backend, quantization, requires, size_fact, embedding_bits, kv_cache_bytes=2)
 published_v100_evidence() -> list[Evidence]             # the write-up's figures, labelled
 
-Recommendation: ranked: list[CandidateResult], recommended: str | None, summary, caveats,
-    confidence ("high" | "medium" | "low"), confidence_why, hardware_notes: list[Note],
-    measure_next: list[SuggestedRun], to_dict() for JSON.
+Recommendation: gpu, model, workload, builds (echoed), ranked: list[CandidateResult],
+    recommended: str | None, summary, caveats, confidence ("high" | "medium" | "low"),
+    confidence_why, hardware_notes: list[Note(text, source, fact_id)],
+    measure_next: list[SuggestedRun(candidate, concurrency_levels, prompt_tokens, output_tokens,
+    host_id, why)], candidate(key) -> CandidateResult, to_dict() for JSON.
 CandidateResult: key, label, requirements, eligible, ineligible_reasons, fit: MemoryFit,
-    evidence_basis, predicted: {metric: Predicted}, evidence: list[EvidenceRef], evidence_notes,
-    meets_targets: {target: TargetCheck}, meets_all, priority_value, reasons, rank.
+    evidence_basis, evidence_shape, predicted: {metric: Predicted(metric, value, how, levels,
+    evidence_ids, note)}, evidence: list[EvidenceRef(id, label, kind, url, concurrency, flags)],
+    evidence_notes, meets_targets: {target: TargetCheck(target, limit, metric, predicted, how, met,
+    note)}, meets_all, priority_value, priority_how, reasons, rank, recommendable.
+MemoryFit: fits, gpus_used, weights_gib, weights_source, kv_bytes_per_token, kv_tokens,
+    kv_cache_gib, overhead_gib, overhead_why, required_gib, usable_gib, gpu_memory_utilization,
+    headroom_gib, explanation.
+
+Ranking: candidates that can start and fit first; then those meeting every target, those whose
+targets cannot be checked, those missing one; then figures at this load before extrapolated ones
+before none; then the priority value. `recommended` is the top one when the evidence backs it (a
+known priority figure, targets shown to be met, or being the only one that can start and fit);
+otherwise None, and the summary says what to measure.
 
 Evidence is preferred in this order: measured on this host, on the same GPU model, on the same
 compute capability, then published (same GPU model or compute capability only). Within the best

@@ -24,7 +24,9 @@ PRIORITY_PHRASES = {
 class TargetCheck:
     target: str  # "ttft_p90_ms" | "tpot_ms" | "min_user_tok_s"
     limit: float
-    predicted: float | None  # in the unit of the metric compared (see note)
+    metric: str  # the predicted metric compared (TPOT and decode speed stand in for each other)
+    predicted: float | None
+    how: str  # Predicted.how of that metric
     met: bool | None  # None: no figure at this load
     note: str
 
@@ -57,12 +59,14 @@ class CandidateResult:
     ineligible_reasons: list[str]
     fit: MemoryFit
     evidence_basis: str | None  # one of performance.BASES
+    evidence_shape: tuple[int, int] | None  # (prompt, output) tokens of the evidence used
     predicted: dict[str, Predicted]
     evidence: list[EvidenceRef]  # rows actually used
     evidence_notes: list[str]  # interpolation / extrapolation / shape
     meets_targets: dict[str, TargetCheck]
     meets_all: bool | None  # True also when no target was set
-    priority_value: float | None
+    priority_value: float | None  # higher is better
+    priority_how: str  # "measured" | "interpolated" | "extrapolated" | "none" | "computed"
     reasons: list[str]
     rank: int = 0
 
@@ -107,13 +111,15 @@ def _jsonable(x):
 
 def _compare(target: str, limit: float, p: Predicted, ok, what: str, unit: str) -> TargetCheck:
     if p.value is None:
-        return TargetCheck(target, limit, None, None, f"{what}: no figure in the evidence.")
+        return TargetCheck(target, limit, p.metric, None, p.how, None,
+                           f"{what}: no figure in the evidence.")
     shown = f"{fmt(p.value)} {unit} ({p.note})"
-    if p.how == "extrapolated":
-        return TargetCheck(target, limit, p.value, None,
+    if p.how == "extrapolated":  # never pass (or fail) a target on a figure from another load
+        return TargetCheck(target, limit, p.metric, p.value, p.how, None,
                            f"{what}: not known at this load, only {shown}.")
     met = ok(p.value)
-    return TargetCheck(target, limit, p.value, met, f"{what}: {'met' if met else 'missed'}, {shown}.")
+    return TargetCheck(target, limit, p.metric, p.value, p.how, met,
+                       f"{what}: {'met' if met else 'missed'}, {shown}.")
 
 
 def check_targets(workload: Workload, m: dict[str, Predicted]) -> dict[str, TargetCheck]:
@@ -155,28 +161,40 @@ def _meets_all(checks: dict[str, TargetCheck]) -> bool | None:
 
 # --- ranking ---------------------------------------------------------------------------------
 
-def _priority(priority: str, m: dict[str, Predicted], fit: MemoryFit) -> tuple[float | None, str]:
-    """The value ranked on (higher is better) and how to say it."""
+def _priority(priority: str, m: dict[str, Predicted], fit: MemoryFit) -> tuple[float | None, str, str]:
+    """The value ranked on (higher is better), how to say it, and how it was read."""
     if priority == "memory_headroom":
-        return fit.headroom_gib, f"{fmt(fit.headroom_gib)} GiB of memory left"
+        return fit.headroom_gib, f"{fmt(fit.headroom_gib)} GiB of memory left", "computed"
     if priority == "throughput":
         p = m["aggregate_tok_s"]
-        return (p.value, f"{fmt(p.value)} tok/s aggregate ({p.note})") if p.value is not None else (None, "")
+        if p.value is not None:
+            return p.value, f"{fmt(p.value)} tok/s aggregate ({p.note})", p.how
+        return None, "", "none"
     p = m["decode_tok_s"]
     if p.value is not None:
-        return p.value, f"{fmt(p.value)} tok/s per stream ({p.note})"
+        return p.value, f"{fmt(p.value)} tok/s per stream ({p.note})", p.how
     p = m["tpot_p50_ms"]
-    if p.value:
-        return 1000 / p.value, f"TPOT p50 {fmt(p.value)} ms ({p.note})"
-    return None, ""
+    if p.value:  # lower TPOT is faster: rank on its inverse, say the TPOT
+        return 1000 / p.value, f"TPOT p50 {fmt(p.value)} ms ({p.note})", p.how
+    return None, "", "none"
 
 
 def _sort_key(r: CandidateResult, index: int):
+    """Runnable first; then meets the targets, unknown, misses them; then figures at this load,
+    extrapolated figures, no figures; then the priority value."""
     if not r.recommendable:
         return (1, 0, 0, 0.0, index)  # the ones that cannot run stay in the candidates' order
     target_rank = {True: 0, None: 1, False: 2}[r.meets_all]
-    known = r.priority_value is not None
-    return (0, target_rank, not known, -(r.priority_value or 0.0), index)
+    known_rank = {"none": 2, "extrapolated": 1}.get(r.priority_how, 0)
+    return (0, target_rank, known_rank, -(r.priority_value or 0.0), index)
+
+
+def _relevant_hows(r: CandidateResult) -> set[str]:
+    """How the figures that decided (priority and targets) were read."""
+    hows = {c.how for c in r.meets_targets.values()}
+    if r.priority_how != "computed":
+        hows.add(r.priority_how)
+    return hows
 
 
 def _perf_sentence(c: Candidate, perf: Performance, workload: Workload, gpu: GpuSpec) -> str:
@@ -237,11 +255,12 @@ def hardware_notes(gpu: GpuSpec, workload: Workload, results: list[CandidateResu
     if any(c.quantization == "fp8" and c.backend == "vllm" for c in runnable) \
             and cc < fact("vllm-fp8-native-cc").min_cc:
         add("vllm-fp8-native-cc")
-    vllm_blocked_by_quant = [c for c in candidates if c.backend == "vllm"
-                             and unmet_requirements(c, cc, builds)
-                             and all(f.id not in ("vllm-min-cc", "vllm-min-cc-v0.21")
-                                     for f in unmet_requirements(c, cc, builds))]
-    if vllm_blocked_by_quant:
+    # vLLM itself runs here, only its quantization method does not: say what does work.
+    blocked_by_method = [c for c in candidates if c.backend == "vllm"
+                         and unmet_requirements(c, cc, builds)
+                         and all(f.id not in ("vllm-min-cc", "vllm-min-cc-v0.21")
+                                 for f in unmet_requirements(c, cc, builds))]
+    if blocked_by_method:
         add("vllm-volta-quant", "If it must be vLLM on this GPU: "
             + fact("vllm-volta-quant").statement + " (not measured here).")
     add("hot-gpu-ecc")
@@ -262,16 +281,17 @@ def measure_next(gpu: GpuSpec, workload: Workload, results: list[CandidateResult
     for r in results:
         if not r.recommendable:
             continue  # cannot start or does not fit: nothing to measure
-        hows = {p.how for p in r.predicted.values() if p.metric != "peak_memory_gib"}
-        shape_ok = not any(n.startswith("Evidence is for") for n in r.evidence_notes)
+        hows = _relevant_hows(r)
         if r.evidence_basis is None:
             why = "no figures for this GPU yet"
         elif r.evidence_basis == BASES[3]:
             why = "only published figures, not measured here"
         elif r.evidence_basis == BASES[2]:
             why = "measured only on another GPU model of the same compute capability"
-        elif not shape_ok:
+        elif r.evidence_shape != (workload.prompt_tokens, workload.output_tokens):
             why = "measured with other prompt/output lengths"
+        elif gpu.host_id and r.evidence_basis != BASES[0]:
+            why = "measured on another host with this GPU model"
         elif hows & {"interpolated", "extrapolated", "none"}:
             why = "not measured at this number of users"
         else:
@@ -281,21 +301,24 @@ def measure_next(gpu: GpuSpec, workload: Workload, results: list[CandidateResult
     return runs
 
 
-def _confidence(rec: CandidateResult | None, results: list[CandidateResult]) -> tuple[str, str]:
+def _confidence(rec: CandidateResult | None, results: list[CandidateResult],
+                workload: Workload) -> tuple[str, str]:
     if rec is None:
         return "low", "nothing could be recommended"
-    hows = {p.how for p in rec.predicted.values() if p.metric != "peak_memory_gib" and p.value is not None}
+    hows = _relevant_hows(rec)
     others_unknown = [r.label for r in results
                       if r.recommendable and r is not rec and r.priority_value is None]
     if rec.evidence_basis is None:
-        return "low", f"{rec.label} is the only candidate that starts and fits, but nothing was measured"
+        return "low", f"nothing was measured or published for {rec.label} on this GPU"
+    if rec.priority_value is None:
+        return "low", f"the {PRIORITY_PHRASES[workload.priority]} of {rec.label} is unknown"
     if rec.evidence_basis == BASES[3]:
         return "low", "the figures are published, not measured here"
     if "extrapolated" in hows:
         return "low", "the figures are extrapolated beyond the measured levels"
     if rec.evidence_basis == BASES[2]:
         return "medium", "measured on another GPU model of the same compute capability"
-    if any(n.startswith("Evidence is for") for n in rec.evidence_notes):
+    if rec.evidence_shape != (workload.prompt_tokens, workload.output_tokens):
         return "medium", "measured with other prompt/output lengths"
     if "interpolated" in hows:
         return "medium", "interpolated between measured levels"
@@ -335,7 +358,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         perf = predict(c, gpu, workload, evidence, builds)
         perfs[c.key] = perf
         checks = check_targets(workload, perf.metrics)
-        value, value_text = _priority(workload.priority, perf.metrics, fit)
+        value, value_text, value_how = _priority(workload.priority, perf.metrics, fit)
 
         reasons = list(refusals)
         reasons.append(fit.explanation)
@@ -357,23 +380,28 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
 
         results.append(CandidateResult(
             key=c.key, label=c.label, requirements=requirements(c, builds), eligible=not refusals,
-            ineligible_reasons=refusals, fit=fit, evidence_basis=perf.basis, predicted=perf.metrics,
+            ineligible_reasons=refusals, fit=fit, evidence_basis=perf.basis, evidence_shape=perf.shape,
+            predicted=perf.metrics,
             evidence=perf.evidence, evidence_notes=perf.notes, meets_targets=checks,
-            meets_all=_meets_all(checks), priority_value=value, reasons=reasons))
+            meets_all=_meets_all(checks), priority_value=value, priority_how=value_how,
+            reasons=reasons))
 
     results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0]))]
     for i, r in enumerate(results, 1):
         r.rank = i
 
     runnable = [r for r in results if r.recommendable]
-    rec = next((r for r in runnable if r.meets_all is not False and r.priority_value is not None), None)
-    if rec is None and len(runnable) == 1 and runnable[0].meets_all is not False:
-        rec = runnable[0]  # the only one that can start and fit: say so, with low confidence
-    confidence, confidence_why = _confidence(rec, results)
+    top = runnable[0] if runnable else None
+    # The top one, if the evidence backs it: known priority figure, or targets shown to be met,
+    # or it is the only one that can start and fit (said so, with low confidence).
+    rec = top if top and top.meets_all is not False and (
+        top.priority_value is not None or (top.meets_targets and top.meets_all)
+        or len(runnable) == 1) else None
+    confidence, confidence_why = _confidence(rec, results, workload)
     by_key = {c.key: c for c in candidates}
 
     summary = _summary(gpu, workload, results, runnable, rec, candidates)
-    caveats = _caveats(gpu, workload, results, perfs, evidence, by_key)
+    caveats = _caveats(workload, results, perfs, evidence, by_key)
     return Recommendation(
         gpu=gpu, model=model, workload=workload, builds=builds, ranked=results,
         recommended=rec.key if rec else None, summary=summary, caveats=caveats,
@@ -390,9 +418,11 @@ def _summary(gpu, workload, results, runnable, rec, candidates) -> str:
     phrase = PRIORITY_PHRASES[workload.priority]
     load = f"{users_str(workload.users)} on {gpu.name}"
     if rec is not None:
-        _, text = _priority(workload.priority, rec.predicted, rec.fit)
-        if rec.priority_value is None:
-            why = "the only candidate that can start and fit; nothing was measured for it"
+        _, text, _ = _priority(workload.priority, rec.predicted, rec.fit)
+        if rec.priority_value is None and len(runnable) == 1:
+            why = "the only candidate that can start and fit; its figures at this load are unknown"
+        elif rec.priority_value is None:
+            why = f"it meets the targets; its {phrase} is unknown"
         else:
             why = f"best {phrase}, {text}"
             if rec.evidence_basis == BASES[3]:
@@ -406,12 +436,16 @@ def _summary(gpu, workload, results, runnable, rec, candidates) -> str:
     if all(r.meets_all is False for r in runnable):
         return (f"No candidate is known to meet the targets at {users_str(workload.users)}; the "
                 f"closest by {phrase} is {runnable[0].label}.{tail}")
-    return f"No candidate has figures that show it meets the targets for {load}: measure next.{tail}"
+    meeting = " that meet the targets" if any(r.meets_targets for r in runnable) else ""
+    missing = [r.label for r in runnable if r.meets_all is False]
+    missing = f" {' and '.join(missing)} miss the targets." if missing else ""
+    return f"No candidate that can run here has figures for {load}{meeting}: measure next.{missing}{tail}"
 
 
-def _caveats(gpu, workload, results, perfs, evidence, by_key) -> list[str]:
-    caveats = [f"Memory assumes all {users_str(workload.users)} hold a full {workload.context}-token "
-               f"context at once; runtime overheads are estimates (see each breakdown)."]
+def _caveats(workload, results, perfs, evidence, by_key) -> list[str]:
+    caveats = [f"Memory assumes {users_str(workload.users)}, each holding a full "
+               f"{workload.context}-token context at once; runtime overheads are estimates (see "
+               f"each breakdown)."]
     for r in results:
         flags = sorted({f for ref in r.evidence for f in ref.flags})
         if flags:
@@ -421,8 +455,8 @@ def _caveats(gpu, workload, results, perfs, evidence, by_key) -> list[str]:
         ignored = perfs[r.key].ignored
         if ignored:
             gpus = sorted({ev.gpu_name for ev in ignored})
-            caveats.append(f"{len(ignored)} evidence rows for {r.label} were not used: they are "
-                           f"from other GPUs ({', '.join(gpus)}).")
+            rows = "1 evidence row" if len(ignored) == 1 else f"{len(ignored)} evidence rows"
+            caveats.append(f"{rows} for {r.label} not used: from other GPUs ({', '.join(gpus)}).")
     unknown = sorted({ev.candidate for ev in evidence if ev.candidate not in by_key})
     if unknown:
         caveats.append(f"Evidence for candidates not considered was ignored: {', '.join(unknown)}.")

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from . import guidellm, llama_bench, vllm_serve
 from ._fields import MAX_BYTES, json_type, load_documents
-from .model import KINDS, ImportedLevel, ImportedReport, ReportFormatError
+from .model import KINDS, LATENCY_KEYS, ImportedLevel, ImportedReport, ReportFormatError
 from .published import v100_writeup_reports
 
-__all__ = ["KINDS", "MAX_BYTES", "ImportedLevel", "ImportedReport", "ReportFormatError",
-           "detect_kind", "parse_report", "v100_writeup_reports"]
+__all__ = ["KINDS", "LATENCY_KEYS", "MAX_BYTES", "ImportedLevel", "ImportedReport",
+           "ReportFormatError", "detect_kind", "parse_report", "v100_writeup_reports"]
 
 _PARSEABLE = ("vllm-bench-serve", "guidellm", "llama-bench")
 _EXPECTED = ("expected a vllm bench serve result (object with 'mean_ttft_ms', "

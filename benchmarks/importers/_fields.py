@@ -149,7 +149,8 @@ class Fields:
         if math.isinf(as_float):
             raise ReportFormatError(f"{self.where}: field '{key}' is infinite")
         if as_float < 0:
-            raise ReportFormatError(f"{self.where}: field '{key}' must not be negative, got {value}")
+            raise ReportFormatError(
+                f"{self.where}: field '{key}' must not be negative, got {value}")
         if positive and as_float == 0:
             raise ReportFormatError(f"{self.where}: field '{key}' must be greater than 0, got 0")
         if integer:
@@ -216,8 +217,9 @@ def epoch_to_iso(seconds: float | None) -> str | None:
         return None
 
 
-def basename(path: str | None) -> str | None:
-    return os.path.basename(path.replace("\\", "/")) if path else None
+def basename(path: Any) -> Any:
+    """File name without directories, for strings; anything else is returned unchanged."""
+    return os.path.basename(path.replace("\\", "/")) if isinstance(path, str) and path else path
 
 
 def fmt(value: float) -> str:

@@ -1,9 +1,9 @@
 """GuideLLM JSON reports (`benchmarks.json`, from --output-path / --outputs json).
 
 Two layouts are read, both checked against vllm-project/guidellm:
-- v0.4 and later (report schema `metadata.version` 1; GenerativeBenchmarksReport in
-  src/guidellm/benchmark/schemas/report.py and schemas/generative/{benchmark,metrics}.py):
-  top level {metadata, args, benchmarks}; each benchmark has `config.strategy`,
+- v0.4 and later (GenerativeBenchmarksReport in src/guidellm/benchmark/schemas/report.py and
+  schemas/generative/{report,benchmark,metrics}.py): top level {args, benchmarks}, newer files
+  also {metadata: {version: 1, guidellm_version, ...}}; each benchmark has `config.strategy`,
   `metrics.request_totals` and the metric distributions under `metrics`.
 - v0.2–v0.3 (src/guidellm/benchmark/benchmark.py, output.py): top level {benchmarks}; each
   benchmark has `args.strategy`, `request_totals` beside `metrics`, `worker.backend_model`.
@@ -36,7 +36,7 @@ _ARGS_META = ("target", "backend", "model", "profile", "rate", "max_seconds", "m
 
 
 def looks_like(doc: object) -> bool:
-    return isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list)
+    return isinstance(doc, dict) and "benchmarks" in doc
 
 
 def parse(doc: object) -> ImportedReport:
@@ -68,7 +68,9 @@ def parse(doc: object) -> ImportedReport:
         "imported; it has no chunk-gap (ITL) distribution.",
         "The report does not say which server engine answered, so the report's backend is unset.",
     ]
-    layout = "v0.4+ (config.strategy)" if f.has("args") or f.has("metadata") else "v0.2–v0.3"
+    first = benchmarks[0]
+    layout = "v0.4+ (config.strategy)" if isinstance(first, dict) and "config" in first \
+        else "v0.2–v0.3 (args.strategy)"
     if schema is not None and schema != 1:
         notes.append(f"Report schema version {schema}: only version 1 was checked; read with care.")
     raw = {"layout": layout, **(small_meta(args.obj, _ARGS_META) if args else {})}

@@ -5,7 +5,6 @@ levels beside measured runs, always labelled as imported/published.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -114,7 +113,3 @@ class ImportedReport:
             notes=list(data.get("notes") or []),
             raw_meta=dict(data.get("raw_meta") or {}),
         )
-
-
-def is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

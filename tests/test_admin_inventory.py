@@ -1,0 +1,68 @@
+"""The inventory lives in the admin: staff only, useful lists, and a write-only API key."""
+import pytest
+from django.urls import reverse
+
+from benchmarks.models import Endpoint, Host
+from factories import endpoint, user
+
+pytestmark = pytest.mark.django_db
+
+
+def test_only_staff_reach_the_inventory(client):
+    client.force_login(user())
+    assert client.get(reverse("admin:benchmarks_endpoint_changelist")).status_code == 302
+
+
+@pytest.mark.parametrize("model", ["host", "gpu", "model", "variant", "endpoint", "run"])
+def test_every_inventory_list_opens(client, model):
+    endpoint()
+    client.force_login(user("root", staff=True))
+    url = reverse(f"admin:benchmarks_{model}_changelist") if model != "gpu" else reverse("admin:benchmarks_host_changelist")
+    assert client.get(url + "?q=lab").status_code == 200
+
+
+def test_a_host_is_registered_with_its_gpus_inline(client):
+    client.force_login(user("root", staff=True))
+    data = {"name": "v100-box", "hostname": "gpu1.lab", "queue_name": "", "interconnect": "pcie",
+            "created_0": "2026-11-29", "created_1": "12:00:00",
+            "gpus-TOTAL_FORMS": "2", "gpus-INITIAL_FORMS": "0", "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000"}
+    for i in range(2):
+        data.update({f"gpus-{i}-index": i, f"gpus-{i}-name": "Tesla V100-PCIE-16GB",
+                     f"gpus-{i}-memory_total_mib": 16384, f"gpus-{i}-compute_capability": "7.0"})
+    r = client.post(reverse("admin:benchmarks_host_add"), data)
+    assert r.status_code == 302, r.content.decode()[:3000]
+    host = Host.objects.get(name="v100-box")
+    assert host.queue_name == "host-v100-box" and host.gpus.count() == 2
+    page = client.get(reverse("admin:benchmarks_host_changelist")).content.decode()
+    assert "2× Tesla V100-PCIE-16GB" in page
+
+
+def endpoint_post(e, **overrides):
+    data = {"name": e.name, "host": e.host_id, "backend": e.backend, "base_url": e.base_url,
+            "model_name": "", "variant": e.variant_id or "", "api_key": "", "engine_version": "",
+            "launch_command": "", "launch_flags": "{}", "tensor_parallel_size": 1, "enabled": "on",
+            "created_0": "2026-11-29", "created_1": "12:00:00"}
+    data.update(overrides)
+    return data
+
+
+def test_the_api_key_is_write_only(client):
+    e = endpoint(api_key="sk-very-secret-123")
+    client.force_login(user("root", staff=True))
+    url = reverse("admin:benchmarks_endpoint_change", args=[e.id])
+    assert "sk-very-secret-123" not in client.get(url).content.decode()
+    # Saving without typing a key keeps it; typing one replaces it; the box clears it.
+    assert client.post(url, endpoint_post(e)).status_code == 302
+    assert Endpoint.objects.get(id=e.id).api_key == "sk-very-secret-123"
+    client.post(url, endpoint_post(e, api_key="sk-new"))
+    assert Endpoint.objects.get(id=e.id).api_key == "sk-new"
+    client.post(url, endpoint_post(e, clear_api_key="on"))
+    assert Endpoint.objects.get(id=e.id).api_key == ""
+    assert "sk-new" not in client.get(reverse("admin:benchmarks_endpoint_changelist")).content.decode()
+
+
+def test_an_endpoint_url_must_be_a_url(client):
+    e = endpoint()
+    client.force_login(user("root", staff=True))
+    r = client.post(reverse("admin:benchmarks_endpoint_change", args=[e.id]), endpoint_post(e, base_url="not a url"))
+    assert r.status_code == 200 and "Enter a valid URL" in r.content.decode()

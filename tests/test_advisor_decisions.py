@@ -1,0 +1,255 @@
+"""advise(): the decisions the product must get right."""
+
+import json
+
+import pytest
+
+from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B as R1_7B, DEFAULT_CANDIDATES, V100_LABEL,
+                                Candidate, EngineBuilds, Evidence, GpuSpec, Workload, advise,
+                                published_v100_evidence)
+
+V100 = GpuSpec("Tesla V100-PCIE-16GB", (7, 0), 15.77)
+V100_PAIR = GpuSpec("Tesla V100-PCIE-16GB", (7, 0), 15.77, count=2, interconnect="pcie")
+H200 = GpuSpec("NVIDIA H200", (9, 0), 139.8, host_id="gpu-1")
+PRIORITIES = ["single_user_speed", "throughput", "memory_headroom"]
+
+
+def ev(id, candidate, concurrency, gpu=H200, **figures):
+    return Evidence(id=id, candidate=candidate, kind="measured", label=f"run {id}", gpu_name=gpu.name,
+                    compute_capability=gpu.compute_capability, concurrency=concurrency,
+                    prompt_tokens=512, output_tokens=100, host_id=gpu.host_id, url=f"/runs/{id}/",
+                    **figures)
+
+
+def work(users=8, priority="throughput", **targets):
+    return Workload(users=users, prompt_tokens=512, output_tokens=100, context_tokens=8192,
+                    priority=priority, **targets)
+
+
+def h200_runs(fp8_aggregate, llamacpp_aggregate):
+    return [
+        ev("f1", "vllm-fp8", 1, decode_tok_s=200.0, aggregate_tok_s=190.0, ttft_p90_ms=40.0),
+        ev("f8", "vllm-fp8", 8, decode_tok_s=fp8_aggregate / 8, aggregate_tok_s=fp8_aggregate,
+           ttft_p90_ms=80.0),
+        ev("l1", "llamacpp-q4_k_m", 1, decode_tok_s=226.0, aggregate_tok_s=186.0, ttft_p90_ms=103.0),
+        ev("l8", "llamacpp-q4_k_m", 8, decode_tok_s=llamacpp_aggregate / 8,
+           aggregate_tok_s=llamacpp_aggregate, ttft_p90_ms=623.0),
+    ]
+
+
+# --- the V100 write-up ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("users", range(1, 9))
+@pytest.mark.parametrize("priority", PRIORITIES)
+def test_it_recommends_llamacpp_on_a_v100_from_the_published_figures(users, priority):
+    rec = advise(V100, R1_7B, work(users, priority), published_v100_evidence())
+    assert rec.recommended == "llamacpp-q4_k_m"
+    assert rec.ranked[0].key == "llamacpp-q4_k_m"
+    assert rec.confidence == "low" and "published" in rec.confidence_why
+
+
+def test_it_refuses_fp8_and_awq_on_volta_with_the_reason():
+    rec = advise(V100, R1_7B, work(8), published_v100_evidence())
+    fp8, awq = rec.candidate("vllm-fp8"), rec.candidate("vllm-awq")
+    assert not fp8.eligible and "fp8.py" in fp8.ineligible_reasons[0]
+    assert not awq.eligible and "#1488" in awq.ineligible_reasons[0]
+    assert "vLLM FP8 and vLLM AWQ cannot start on compute capability 7.0" in rec.summary
+
+
+def test_it_flags_the_published_vllm_figures_as_not_reproducible_upstream():
+    rec = advise(V100, R1_7B, work(8), published_v100_evidence())
+    for key in ("vllm-fp8", "vllm-awq"):
+        result = rec.candidate(key)
+        assert result.evidence and all(
+            ref.flags[0].startswith("not reproducible with upstream vLLM") for ref in result.evidence)
+        assert any("not reproducible with upstream vLLM" in r for r in result.reasons)
+        assert any(result.label in c and "not reproducible with upstream vLLM" in c for c in rec.caveats)
+    llamacpp = rec.candidate("llamacpp-q4_k_m")
+    assert all(ref.label == V100_LABEL and ref.kind == "published" for ref in llamacpp.evidence)
+
+
+def test_it_uses_the_write_ups_figures_at_one_and_eight_users():
+    rec = advise(V100, R1_7B, work(8), published_v100_evidence())
+    llamacpp = rec.candidate("llamacpp-q4_k_m")
+    assert llamacpp.predicted["aggregate_tok_s"].value == 235.0
+    assert llamacpp.predicted["decode_tok_s"].value == 29.4
+    assert "235 tok/s aggregate" in rec.summary
+    one = advise(V100, R1_7B, work(1, "single_user_speed"), published_v100_evidence())
+    assert one.candidate("llamacpp-q4_k_m").predicted["decode_tok_s"].value == 56.0
+    assert one.candidate("vllm-fp8").predicted["decode_tok_s"].value == 32.0
+
+
+def test_it_never_recommends_an_ineligible_candidate_however_fast():
+    evidence = [ev("fast", "vllm-fp8", 8, gpu=V100, decode_tok_s=500.0, aggregate_tok_s=4000.0)]
+    rec = advise(V100, R1_7B, work(8), evidence + published_v100_evidence())
+    assert rec.recommended == "llamacpp-q4_k_m" and rec.candidate("vllm-fp8").rank == 2
+
+
+# --- the H200: the ranking follows the measurements ---------------------------------------
+
+def test_it_recommends_fp8_on_an_h200_when_it_is_faster_in_aggregate():
+    rec = advise(H200, R1_7B, work(8), h200_runs(fp8_aggregate=900.0, llamacpp_aggregate=349.0))
+    assert rec.candidate("vllm-fp8").eligible
+    assert rec.recommended == "vllm-fp8"
+    assert [r.key for r in rec.ranked] == ["vllm-fp8", "llamacpp-q4_k_m", "vllm-awq"]
+    assert "900 tok/s aggregate" in rec.summary
+
+
+def test_it_ranks_llamacpp_first_when_the_measurements_say_so():
+    rec = advise(H200, R1_7B, work(8), h200_runs(fp8_aggregate=300.0, llamacpp_aggregate=349.0))
+    assert rec.recommended == "llamacpp-q4_k_m"
+    assert [r.key for r in rec.ranked][:2] == ["llamacpp-q4_k_m", "vllm-fp8"]
+
+
+def test_it_ranks_unknown_performance_below_known_and_asks_to_measure_it():
+    rec = advise(H200, R1_7B, work(8), h200_runs(900.0, 349.0))
+    awq = rec.candidate("vllm-awq")
+    assert awq.eligible and awq.fit.fits and awq.priority_value is None and awq.rank == 3
+    assert rec.confidence == "medium" and "vLLM AWQ" in rec.confidence_why
+    (run,) = rec.measure_next
+    assert (run.candidate, run.concurrency_levels, run.prompt_tokens, run.output_tokens, run.host_id) \
+        == ("vllm-awq", (1, 2, 4, 8), 512, 100, "gpu-1")
+
+
+def test_it_is_confident_when_everything_was_measured_here_at_this_load():
+    runs = h200_runs(900.0, 349.0) + [ev("a8", "vllm-awq", 8, decode_tok_s=90.0, aggregate_tok_s=700.0)]
+    rec = advise(H200, R1_7B, work(8), runs)
+    assert rec.confidence == "high" and rec.measure_next == []
+
+
+def test_it_ranks_by_memory_headroom_when_asked():
+    rec = advise(H200, R1_7B, work(8, "memory_headroom"), h200_runs(900.0, 349.0))
+    assert rec.recommended == "llamacpp-q4_k_m"  # the smallest weights and runtime overhead
+
+
+def test_it_ranks_by_per_stream_speed_when_asked():
+    runs = h200_runs(900.0, 349.0)
+    runs[3] = ev("l8", "llamacpp-q4_k_m", 8, decode_tok_s=150.0, aggregate_tok_s=349.0)
+    assert advise(H200, R1_7B, work(8, "throughput"), runs).recommended == "vllm-fp8"
+    assert advise(H200, R1_7B, work(8, "single_user_speed"), runs).recommended == "llamacpp-q4_k_m"
+
+
+# --- targets ---------------------------------------------------------------------------------
+
+def test_a_candidate_that_misses_a_target_ranks_below_one_that_meets_it():
+    rec = advise(H200, R1_7B, work(8, ttft_p90_ms=50.0), h200_runs(900.0, 349.0))
+    fp8 = rec.candidate("vllm-fp8")
+    assert fp8.meets_targets["ttft_p90_ms"].met is False and fp8.meets_all is False
+    assert "missed" in fp8.meets_targets["ttft_p90_ms"].note
+    # neither measured one meets 50 ms at 8 users, and vLLM AWQ was not measured
+    assert rec.recommended is None and rec.ranked[0].key == "vllm-awq"
+    assert "measure next" in rec.summary and "vLLM FP8 and llama.cpp Q4_K_M miss the targets" in rec.summary
+    measured_only = advise(H200, R1_7B, work(8, ttft_p90_ms=50.0), h200_runs(900.0, 349.0),
+                           DEFAULT_CANDIDATES[:2])
+    assert measured_only.recommended is None
+    assert "the closest by aggregate output throughput is vLLM FP8" in measured_only.summary
+
+    rec = advise(H200, R1_7B, work(8, ttft_p90_ms=500.0), h200_runs(300.0, 349.0))
+    assert rec.candidate("llamacpp-q4_k_m").meets_all is False  # 623 ms
+    assert rec.recommended == "vllm-fp8"
+
+
+def test_it_checks_a_tpot_target_against_decode_speed_when_only_that_was_published():
+    rec = advise(V100, R1_7B, work(8, tpot_ms=40.0), published_v100_evidence())
+    check = rec.candidate("llamacpp-q4_k_m").meets_targets["tpot_ms"]
+    # 40 ms per token = 25 tok/s; the write-up published 29.4 tok/s per stream at 8 users
+    assert check.met is True and check.metric == "decode_tok_s" and check.predicted == 29.4
+    assert "at least 25 tok/s" in check.note
+
+
+def test_it_does_not_pass_a_target_on_an_extrapolated_figure():
+    rec = advise(H200, R1_7B, work(16, min_user_tok_s=10.0), h200_runs(900.0, 349.0))
+    check = rec.candidate("vllm-fp8").meets_targets["min_user_tok_s"]
+    assert check.met is None and check.how == "extrapolated"
+    assert rec.confidence == "low"
+
+
+def test_it_interpolates_and_extrapolates_in_the_recommendation_and_says_so():
+    runs = h200_runs(900.0, 349.0)
+    four = advise(H200, R1_7B, work(4), runs).candidate("vllm-fp8")
+    assert four.predicted["aggregate_tok_s"].how == "interpolated"
+    assert any("Interpolated linearly between the figures at 1 and 8 users" in r for r in four.reasons)
+    sixteen = advise(H200, R1_7B, work(16), runs).candidate("vllm-fp8")
+    assert sixteen.predicted["aggregate_tok_s"].how == "extrapolated"
+    assert sixteen.predicted["aggregate_tok_s"].value == 900.0
+    assert any("Extrapolation" in r for r in sixteen.reasons)
+
+
+# --- fitting, notes, odds and ends ------------------------------------------------------------
+
+def test_it_never_recommends_what_does_not_fit():
+    tiny = GpuSpec("NVIDIA H200", (9, 0), 6.0, host_id="gpu-1")
+    rec = advise(tiny, R1_7B, work(8), h200_runs(900.0, 349.0))
+    assert rec.recommended is None and "Nothing can be recommended" in rec.summary
+    assert all(not r.fit.fits for r in rec.ranked) and rec.measure_next == []
+
+
+def test_it_recommends_the_only_runnable_candidate_without_figures_but_with_low_confidence():
+    rec = advise(V100, R1_7B, work(8), [])
+    assert rec.recommended == "llamacpp-q4_k_m" and rec.confidence == "low"
+    assert "only candidate that can start and fit" in rec.summary
+    assert rec.measure_next[0].why == "no figures for this GPU yet"
+
+
+def test_it_gives_the_hardware_advice_that_applies_to_two_pcie_v100s():
+    rec = advise(V100_PAIR, R1_7B, work(8), published_v100_evidence())
+    notes = {n.fact_id: n for n in rec.hardware_notes}
+    assert "~24 tok/s" in notes["tp-over-pcie"].text and "32 tok/s" in notes["tp-over-pcie"].text
+    assert "-ngl 99" in notes["llamacpp-ngl"].text
+    assert "CMAKE_CUDA_ARCHITECTURES=70" in notes["llamacpp-build-arch"].text
+    assert "CUDA 12.x" in notes["cuda13-no-sm70"].text
+    assert "dp4a" in notes["llamacpp-dp4a-decode"].text and "not on INT4" in notes["llamacpp-dp4a-decode"].text
+    assert "-c 65536" in notes["llamacpp-slots"].text
+    assert "correctable ECC" in notes["hot-gpu-ecc"].text
+    assert "GPTQ" in notes["vllm-volta-quant"].text
+    assert all(n.source for n in rec.hardware_notes)
+
+
+def test_it_skips_tensor_parallel_advice_with_nvlink_and_build_advice_for_new_gpus():
+    nvlink = GpuSpec("NVIDIA H200", (9, 0), 139.8, count=2, interconnect="nvlink")
+    notes = {n.fact_id for n in advise(nvlink, R1_7B, work(8), []).hardware_notes}
+    assert "tp-over-pcie" not in notes and "cuda13-no-sm70" not in notes
+    assert "bf16-min-cc" not in notes and "vllm-fp8-native-cc" not in notes
+
+
+def test_it_tells_turing_to_use_dtype_half_and_ampere_that_fp8_is_weight_only():
+    t4 = {n.fact_id: n.text for n in advise(GpuSpec("Tesla T4", (7, 5), 15.0), R1_7B, work(8), []).hardware_notes}
+    assert "--dtype half" in t4["bf16-min-cc"]
+    a100 = {n.fact_id: n.text for n in advise(GpuSpec("NVIDIA A100", (8, 0), 80.0), R1_7B, work(8), []).hardware_notes}
+    assert "W8A16" in a100["vllm-fp8-native-cc"]
+
+
+def test_candidates_are_data_and_vllm_versions_matter_on_volta():
+    fp16 = Candidate("vllm-fp16", "vLLM FP16", "vllm", "fp16", ("vllm-min-cc",), "fp8-size",
+                     embedding_bits=16)
+    candidates = DEFAULT_CANDIDATES + (fp16,)
+    sizes = {"fp16": 15.2e9}
+    old = advise(V100_PAIR, R1_7B, work(1), [], candidates, variant_bytes=sizes)
+    assert old.candidate("vllm-fp16").eligible
+    assert any("before v0.21" in n.text for n in old.hardware_notes)
+    new = advise(V100_PAIR, R1_7B, work(1), [], candidates, variant_bytes=sizes,
+                 builds=EngineBuilds(vllm_version=(0, 21)))
+    assert not new.candidate("vllm-fp16").eligible
+    assert "v0.21" in new.candidate("vllm-fp16").ineligible_reasons[0]
+
+
+def test_it_serialises_to_json():
+    rec = advise(V100_PAIR, R1_7B, work(4, ttft_p90_ms=500.0), published_v100_evidence())
+    data = json.loads(json.dumps(rec.to_dict()))
+    assert data["recommended"] == "llamacpp-q4_k_m"
+    first = data["ranked"][0]
+    assert {"key", "label", "eligible", "ineligible_reasons", "fit", "predicted", "evidence",
+            "meets_targets", "reasons", "rank", "requirements"} <= set(first)
+    assert first["fit"]["kv_cache_gib"] == pytest.approx(1.75)
+    assert data["measure_next"][0]["concurrency_levels"] == [1, 2, 4]
+
+
+@pytest.mark.parametrize("workload", [
+    Workload(users=0, prompt_tokens=512, output_tokens=100),
+    Workload(users=1, prompt_tokens=512, output_tokens=100, context_tokens=262144),
+    Workload(users=1, prompt_tokens=512, output_tokens=100, context_tokens=256),
+    Workload(users=1, prompt_tokens=512, output_tokens=100, priority="cheapest"),
+])
+def test_it_rejects_a_workload_it_cannot_reason_about(workload):
+    with pytest.raises(ValueError):
+        advise(V100, R1_7B, workload, [])

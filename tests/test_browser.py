@@ -1,0 +1,64 @@
+"""The pages in a real browser: Playwright driving Debian's chromium."""
+import pytest
+from playwright.sync_api import sync_playwright
+
+from factories import endpoint, user
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def page(chromium_path, live_server, monkeypatch):
+    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
+    # still plain synchronous code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        pg = browser.new_page()
+        pg.js_errors = []
+        pg.on("pageerror", lambda exc: pg.js_errors.append(str(exc)))
+        yield pg
+        browser.close()
+
+
+def log_in(page, live_server):
+    user()
+    page.goto(live_server.url + "/runs/new/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "pw-for-tests-1")
+    page.click("button[type=submit]")
+
+
+def test_a_member_submits_a_run_watches_it_and_reads_the_results(page, live_server, simulator, celery_worker_process):
+    sim = simulator(dialect="llamacpp", prefill_ms=30, decode_ms=40)
+    endpoint(sim.url, name="llama-sim", backend="llamacpp", quantization="gguf_q4_k_m")
+    log_in(page, live_server)
+    page.check("text=llama-sim")
+    page.fill("input[name=prompt_tokens]", "64")
+    page.fill("input[name=output_tokens]", "10")
+    page.fill("input[name=concurrency_levels]", "1,2")
+    page.fill("input[name=requests_per_level]", "6")
+    page.click("text=Queue run")
+    page.wait_for_selector("#progress")
+    # The bar moves without a reload while the run is measured...
+    page.wait_for_function("document.getElementById('run-status').textContent === 'running'", timeout=30000)
+    # ...and the results land when it finishes.
+    page.wait_for_selector("#run-status.succeeded", timeout=60000)
+    rows = page.locator("#results tbody tr")
+    assert rows.count() == 2
+    assert page.locator("#results tbody tr[data-concurrency='2'] td.aggregate").inner_text() not in ("", "—")
+    assert page.js_errors == []
+
+
+def test_bad_values_come_back_as_field_messages(page, live_server):
+    endpoint(name="sim")
+    log_in(page, live_server)
+    page.check("text=sim")
+    page.fill("input[name=prompt_tokens]", "0")
+    page.fill("input[name=concurrency_levels]", "1,9999")
+    page.click("text=Queue run")
+    assert "greater than or equal to 1" in page.locator("#field-prompt_tokens .error").inner_text()
+    assert "above the limit" in page.locator("#field-concurrency_levels .error").inner_text()
+    assert page.js_errors == []

@@ -1,0 +1,56 @@
+"""Against a real llama.cpp server: llama-server built from the llama-cpp-python sdist, serving
+the Gemma 3 270M Q4_K_M GGUF on the CPU."""
+import asyncio
+
+import pytest
+from django.urls import reverse
+
+from benchmarks.engine.client import Session, Target, Workload
+from benchmarks.engine.metrics import summarize_level
+from benchmarks.models import Run
+from factories import endpoint, run_form, user
+from test_worker import wait_finished
+
+pytestmark = pytest.mark.real_server
+
+
+def test_decode_speed_agrees_with_the_servers_own_timings(llama_server):
+    async def go():
+        wl = Workload(prompt_tokens=128, output_tokens=48, concurrency_levels=[1], requests_per_level=4,
+                      warmup_requests=1)
+        s = Session(Target(llama_server, "llamacpp"), wl)
+        pf = await s.preflight()
+        assert pf.ok, pf.cause
+        await s.prepare(pf.model)
+        assert s.prompts.pool, "prompts are built with the server's own /tokenize"
+        outcome = await s.measure_level(1, 4)
+        await s.close()
+        return outcome
+    outcome = asyncio.run(go())
+    for r in outcome.results:
+        assert r.ok, r.error
+        assert r.prompt_tokens == 128, "exactly the asked prompt length, BOS included"
+        assert r.output_tokens == 48 and r.client_output_tokens == 48, "ignore_eos forces the length"
+        assert r.timings and r.timings["cache_n"] == 0, "cache_prompt=false: the prompt is processed"
+        ours = 1 / r.tpot
+        theirs = r.timings["predicted_per_second"]
+        assert ours == pytest.approx(theirs, rel=0.05), (ours, theirs)
+    s = summarize_level(outcome.results, outcome.wall_s)
+    assert s["decode_tok_s"]["p50"] == pytest.approx(s["server_decode_tok_s"]["p50"], rel=0.05)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_against_real_llamacpp_through_the_worker(client, llama_server, celery_worker_process):
+    e = endpoint(llama_server, name="llama-cpu", backend="llamacpp", quantization="gguf_q4_k_m")
+    client.force_login(user())
+    r = client.post(reverse("run-new"), run_form([e], prompt_tokens=96, output_tokens=24,
+                                                 concurrency_levels="1,2", requests_per_level=3))
+    assert r.status_code == 302
+    run = wait_finished(Run.objects.get(), timeout=240)
+    assert run.status == Run.SUCCEEDED, run.error
+    for level in run.levels.all():
+        assert level.completed == 3
+        assert level.summary["decode_tok_s"]["p50"] > 0
+        assert level.summary["server_decode_tok_s"]["count"] == 3
+    findings = run.preflight[str(e.id)]
+    assert all(f["ok"] for f in findings)

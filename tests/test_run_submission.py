@@ -1,0 +1,116 @@
+"""Submitting a run from the form: validation, login, and what the service creates."""
+import pytest
+from django.urls import reverse
+
+from benchmarks.forms import RunForm
+from benchmarks.models import Run
+from factories import endpoint, run_form, user
+
+pytestmark = pytest.mark.django_db
+
+
+def errors_for(**overrides):
+    e = endpoint()
+    form = RunForm(run_form([e], **overrides))
+    assert not form.is_valid()
+    return form.errors
+
+
+def test_it_requires_login(client):
+    r = client.get(reverse("run-new"))
+    assert r.status_code == 302 and reverse("login") in r.url
+    r = client.post(reverse("run-new"), {})
+    assert r.status_code == 302 and not Run.objects.exists()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("prompt_tokens", 0, "greater than or equal to 1"),
+    ("prompt_tokens", -5, "greater than or equal to 1"),
+    ("output_tokens", 0, "greater than or equal to 1"),
+    ("prompt_tokens", "many", "Enter a whole number"),
+    ("temperature", 3, "less than or equal to 2"),
+    ("concurrency_levels", "1,100000", "above the limit of 512"),
+    ("concurrency_levels", "0", "at least 1"),
+    ("concurrency_levels", "1,x", "'x' is not a whole number"),
+    ("concurrency_levels", " , ", "at least one concurrency level"),
+    ("requests_per_level", 0, "greater than or equal to 1"),
+    ("requests_per_level", 10**6, "at most 10000"),
+    ("warmup_requests", -1, "greater than or equal to 0"),
+])
+def test_it_rejects_bad_values_with_a_field_message(field, value, message):
+    errs = errors_for(**{field: value})
+    assert message in " ".join(errs[field])
+
+
+def test_it_rejects_an_unknown_endpoint():
+    errs = errors_for(endpoints=[987654])
+    assert "not a registered, enabled endpoint" in " ".join(errs["endpoints"])
+
+
+def test_it_rejects_a_disabled_endpoint():
+    e = endpoint(name="off")
+    e.enabled = False
+    e.save()
+    form = RunForm(run_form([e]))
+    assert not form.is_valid() and "endpoints" in form.errors
+
+
+def test_it_rejects_prompt_plus_output_above_the_limit(settings):
+    settings.MAX_TOKENS = 1000
+    errs = errors_for(prompt_tokens=900, output_tokens=200)
+    assert "exceed the limit of 1000" in " ".join(errs["__all__"])
+
+
+def test_bad_input_redisplays_the_form_with_messages_and_keeps_values(client):
+    e = endpoint()
+    client.force_login(user())
+    r = client.post(reverse("run-new"), run_form([e], prompt_tokens=0, title="keep me"))
+    assert r.status_code == 200
+    assert b"greater than or equal to 1" in r.content and b"keep me" in r.content
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_submitting_creates_a_queued_run_and_enqueues_it_after_commit(client, monkeypatch):
+    sent = []
+    from benchmarks import tasks
+    monkeypatch.setattr(tasks.run_execute_task, "apply_async", lambda args, queue: sent.append((args, queue)))
+    e = endpoint()
+    client.force_login(user())
+    r = client.post(reverse("run-new"), run_form([e], concurrency_levels="8, 1,8"))
+    run = Run.objects.get()
+    assert r.status_code == 302 and r.url == run.get_absolute_url()
+    assert run.status == Run.QUEUED and run.concurrency_levels == [1, 8]
+    assert run.progress_total == 2 * 3
+    assert sent == [((run.id,), "runs")]
+
+
+def test_it_routes_to_the_host_queue_when_host_queues_are_on(settings):
+    from benchmarks.services import queue_for
+    settings.HOST_QUEUES = True
+    a, b = endpoint(name="a", host="gpu-box"), endpoint(name="b", host="gpu-box")
+    c = endpoint(name="c", host="other")
+    assert queue_for([a, b]) == "host-gpu-box"
+    assert queue_for([a, c]) == "runs"
+
+
+def test_permalinks_are_long_and_random():
+    e = endpoint()
+    ids = set()
+    for _ in range(20):
+        run = Run.objects.create(prompt_tokens=1, output_tokens=1, temperature=0, concurrency_levels=[1],
+                                 requests_per_level=1, warmup_requests=0)
+        ids.add(run.public_id)
+    assert len(ids) == 20 and all(len(i) >= 22 for i in ids)
+
+
+def test_a_run_is_claimed_only_once():
+    run = Run.objects.create(prompt_tokens=1, output_tokens=1, temperature=0, concurrency_levels=[1],
+                             requests_per_level=1, warmup_requests=0)
+    assert run.claim()
+    assert not Run.objects.get(id=run.id).claim()
+
+
+def test_an_unknown_permalink_is_404(client):
+    assert client.get(reverse("run-detail", args=["nope"])).status_code == 404
+    assert client.get(reverse("run-progress", args=["nope"])).status_code == 404

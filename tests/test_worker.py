@@ -1,0 +1,102 @@
+"""From the submission form through Redis and a real Celery worker process to stored results."""
+import time
+
+import pytest
+from django.urls import reverse
+
+from benchmarks.models import LevelResult, RequestRecord, Run
+from conftest import free_port
+from factories import endpoint, run_form, user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_finished(run, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run.refresh_from_db()
+        if run.is_finished:
+            return run
+        time.sleep(0.2)
+    raise AssertionError(f"run still {run.status} after {timeout} s ({run.progress_note})")
+
+
+def submit(client, endpoints, **overrides):
+    client.force_login(user())
+    r = client.post(reverse("run-new"), run_form(endpoints, **overrides))
+    assert r.status_code == 302, r.content.decode()[:2000]
+    return Run.objects.get()
+
+
+def test_a_submitted_run_is_measured_and_stored_level_by_level(client, simulator, celery_worker_process):
+    sim = simulator(dialect="llamacpp", prefill_ms=20, decode_ms=4)
+    e = endpoint(sim.url, backend="llamacpp", quantization="gguf_q4_k_m")
+    run = wait_finished(submit(client, [e], concurrency_levels="1,2", requests_per_level=4, output_tokens=10))
+    assert run.status == Run.SUCCEEDED, run.error
+    assert run.progress_done == run.progress_total == 8
+    levels = list(LevelResult.objects.filter(run=run).order_by("concurrency"))
+    assert [lv.concurrency for lv in levels] == [1, 2]
+    for lv in levels:
+        assert lv.completed == 4 and lv.failed == 0
+        assert lv.summary["ttft_ms"]["p50"] == pytest.approx(20 + 0, abs=8)
+        assert lv.summary["tpot_ms"]["p50"] == pytest.approx(4, abs=1)
+    rec = RequestRecord.objects.filter(level__run=run).first()
+    assert rec.prompt_tokens == 64 and rec.output_tokens == 10 and len(rec.chunk_times) == 10
+    assert rec.timings["predicted_n"] == 10  # llama.cpp's own timings are kept verbatim
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "succeeded" in page and 'data-concurrency="2"' in page
+
+
+def test_a_dead_endpoint_ends_the_run_failed_with_the_cause(client, celery_worker_process):
+    e = endpoint(f"http://127.0.0.1:{free_port()}", name="dead")
+    run = wait_finished(submit(client, [e]))
+    assert run.status == Run.FAILED
+    errors = set(RequestRecord.objects.filter(level__run=run).values_list("error", flat=True))
+    assert len(errors) == 1 and "preflight failed: health: unreachable" in errors.pop()
+    assert RequestRecord.objects.filter(level__run=run).count() == run.progress_total
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "unreachable" in page and "Failed requests (6)" in page
+
+
+def test_one_good_and_one_faulty_endpoint_make_a_partial_run(client, simulator, celery_worker_process):
+    good = endpoint(simulator(decode_ms=2).url, name="good")
+    bad = endpoint(simulator(decode_ms=2, fault="http500", fault_every=1).url, name="bad")
+    run = wait_finished(submit(client, [good, bad], warmup_requests=0))
+    assert run.status == Run.PARTIAL
+    assert set(LevelResult.objects.filter(run=run, endpoint=good).values_list("failed", flat=True)) == {0}
+    bad_errors = RequestRecord.objects.filter(level__endpoint=bad).values_list("error", flat=True)
+    assert all("HTTP 500" in err for err in bad_errors)
+
+
+def test_the_progress_json_follows_the_run(client, simulator, celery_worker_process):
+    sim = simulator(decode_ms=50)
+    e = endpoint(sim.url)
+    run = submit(client, [e], concurrency_levels="1", requests_per_level=6, output_tokens=10, warmup_requests=0)
+    seen = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        p = client.get(reverse("run-progress", args=[run.public_id])).json()
+        seen.add((p["status"], p["done"]))
+        if p["finished"]:
+            break
+        time.sleep(0.1)
+    assert p["status"] == "succeeded" and p["percent"] == 100
+    assert any(status == "running" and 0 < done < 6 for status, done in seen), seen
+
+
+def test_cancelling_stops_a_running_run(client, simulator, celery_worker_process):
+    sim = simulator(decode_ms=100)
+    e = endpoint(sim.url)
+    run = submit(client, [e], concurrency_levels="1", requests_per_level=50, output_tokens=20, warmup_requests=0)
+    deadline = time.monotonic() + 30
+    while Run.objects.get(id=run.id).status != Run.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.1)
+    client.post(reverse("run-cancel", args=[run.public_id]))
+    started = time.monotonic()
+    run = wait_finished(run)
+    assert run.status == Run.CANCELLED
+    # The worker noticed within seconds and is free again: a new run completes.
+    e2 = endpoint(simulator(decode_ms=1).url, name="next")
+    Run.objects.all().delete()
+    run2 = wait_finished(submit(client, [e2], concurrency_levels="1", requests_per_level=1), timeout=30)
+    assert run2.status == Run.SUCCEEDED and time.monotonic() - started < 30
