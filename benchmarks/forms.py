@@ -22,8 +22,22 @@ class RunForm(forms.Form):
     output_tokens = forms.IntegerField(initial=100, min_value=1, help_text="Forced with ignore_eos.")
     temperature = forms.FloatField(initial=0.7, min_value=0.0, max_value=2.0)
     api = forms.ChoiceField(choices=Run.APIS, initial="completions", label="API")
-    concurrency_levels = forms.CharField(initial="1,8", help_text="Comma-separated, e.g. 1,8,16.")
-    requests_per_level = forms.IntegerField(initial=16, min_value=1)
+    load_mode = forms.ChoiceField(choices=Run.LOAD_MODES, initial="concurrency", widget=forms.RadioSelect)
+    concurrency_levels = forms.CharField(initial="1,8", required=False,
+                                         help_text="Concurrency sweep: comma-separated, e.g. 1,8,16.")
+    request_rates = forms.CharField(required=False, label="Request rates",
+                                    help_text="Request rate mode: requests per second, e.g. 0.5,1,2.")
+    arrivals = forms.ChoiceField(choices=Run.ARRIVALS, initial="poisson")
+    max_concurrency = forms.IntegerField(required=False, min_value=0, label="Concurrency cap",
+                                         help_text="Request rate mode: most requests in flight (blank = no cap).")
+    requests_per_level = forms.IntegerField(initial=16, min_value=1,
+                                            help_text="Requests measured per level (an upper bound with a duration).")
+    duration_s = forms.FloatField(required=False, min_value=1, max_value=86400, label="Duration per level (s)",
+                                  help_text="Optional: stop sending after this long.")
+    slo_ttft_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: TTFT (ms)",
+                                   help_text="Optional targets for goodput.")
+    slo_tpot_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: TPOT (ms)")
+    slo_e2e_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: E2E (ms)")
     warmup_requests = forms.IntegerField(initial=2, min_value=0, max_value=100,
                                          help_text="Sent before measuring; never part of a result.")
     seed = forms.IntegerField(required=False, min_value=0, max_value=2**63 - 1,
@@ -38,12 +52,8 @@ class RunForm(forms.Form):
         self.fields["requests_per_level"].validators.append(_max(settings.MAX_REQUESTS_PER_LEVEL))
 
     def clean_concurrency_levels(self) -> list[int]:
-        raw = self.cleaned_data["concurrency_levels"]
-        parts = [p.strip() for p in raw.replace(";", ",").split(",") if p.strip()]
-        if not parts:
-            raise forms.ValidationError("Give at least one concurrency level, e.g. 1,8.")
         levels = []
-        for part in parts:
+        for part in _parts(self.cleaned_data["concurrency_levels"]):
             if not part.isdigit():
                 raise forms.ValidationError(f"{part!r} is not a whole number.")
             level = int(part)
@@ -57,13 +67,47 @@ class RunForm(forms.Form):
             raise forms.ValidationError("At most 20 concurrency levels per run.")
         return sorted(set(levels))
 
+    def clean_request_rates(self) -> list[float]:
+        rates = []
+        for part in _parts(self.cleaned_data["request_rates"]):
+            try:
+                rate = float(part)
+            except ValueError:
+                raise forms.ValidationError(f"{part!r} is not a number.")
+            if not 0 < rate <= settings.MAX_REQUEST_RATE:
+                raise forms.ValidationError(
+                    f"Request rates must be above 0 and at most {settings.MAX_REQUEST_RATE:g} per second.")
+            rates.append(rate)
+        if len(rates) > 20:
+            raise forms.ValidationError("At most 20 request rates per run.")
+        return sorted(set(rates))
+
+    def clean_max_concurrency(self) -> int:
+        cap = self.cleaned_data.get("max_concurrency") or 0
+        if cap > settings.MAX_CONCURRENCY:
+            raise forms.ValidationError(f"{cap} is above the limit of {settings.MAX_CONCURRENCY} concurrent requests.")
+        return cap
+
     def clean(self):
         data = super().clean()
+        mode = data.get("load_mode")
+        if mode == "concurrency" and "concurrency_levels" in data and not data["concurrency_levels"]:
+            self.add_error("concurrency_levels", "Give at least one concurrency level, e.g. 1,8.")
+        if mode == "rate" and "request_rates" in data and not data["request_rates"]:
+            self.add_error("request_rates", "Give at least one request rate, e.g. 1,2.")
+        if mode == "rate":
+            data["concurrency_levels"] = []
+        elif mode == "concurrency":
+            data["request_rates"] = []
         prompt, output = data.get("prompt_tokens"), data.get("output_tokens")
         if prompt and output and prompt + output > settings.MAX_TOKENS:
             raise forms.ValidationError(
                 f"Prompt plus output tokens ({prompt + output}) exceed the limit of {settings.MAX_TOKENS}.")
         return data
+
+
+def _parts(raw: str) -> list[str]:
+    return [p.strip() for p in (raw or "").replace(";", ",").split(",") if p.strip()]
 
 
 def _max(limit: int):

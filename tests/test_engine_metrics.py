@@ -73,3 +73,28 @@ def test_all_failed_level_has_empty_distributions():
     s = summarize_level([make(error="cannot connect")], 0.0)
     assert s["completed"] == 0 and s["ttft_ms"] == {"count": 0} and s["aggregate_tok_s"] is None
     assert not math.isnan(s["wall_s"])
+
+
+def test_goodput_counts_failed_requests_in_the_denominator():
+    fast = make(0, ttft=0.05, gap=0.01, tokens=11)
+    slow = make(1, ttft=0.5, gap=0.01, tokens=11)
+    failed = make(2, error="HTTP 500")
+    s = summarize_level([fast, slow, failed], 1.0, slo={"ttft_ms": 100})
+    assert s["good_requests"] == 1 and s["goodput"] == 1.0 and s["goodput_ratio"] == pytest.approx(1 / 3)
+    s = summarize_level([fast, slow], 1.0, slo={"tpot_ms": 5})
+    assert s["good_requests"] == 0
+
+
+def test_token_accounting_flags_mismatch_and_drift():
+    r = make(tokens=10)
+    r.output_tokens = 12
+    r.prompt_tokens = 511
+    s = summarize_level([r], 1.0)
+    assert s["token_mismatch"] == 1 and s["prompt_drift"] == 1 and s["client_output_tokens"] == 10
+
+
+def test_answer_time_is_reported_beside_ttft_for_reasoning_models():
+    r = make(ttft=0.1, tokens=10)
+    r.first_answer = 0.3
+    s = summarize_level([r], 1.0)
+    assert s["ttft_ms"]["p50"] == pytest.approx(100) and s["answer_ms"]["p50"] == pytest.approx(300)

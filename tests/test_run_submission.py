@@ -36,10 +36,33 @@ def test_it_requires_login(client):
     ("requests_per_level", 0, "greater than or equal to 1"),
     ("requests_per_level", 10**6, "at most 10000"),
     ("warmup_requests", -1, "greater than or equal to 0"),
+    ("duration_s", 0, "greater than or equal to 1"),
+    ("slo_ttft_ms", -3, "greater than or equal to 0.001"),
 ])
 def test_it_rejects_bad_values_with_a_field_message(field, value, message):
     errs = errors_for(**{field: value})
     assert message in " ".join(errs[field])
+
+
+@pytest.mark.parametrize("rates, message", [
+    ("", "at least one request rate"),
+    ("0", "above 0"),
+    ("1,abc", "'abc' is not a number"),
+    ("5000", "at most 1000 per second"),
+])
+def test_rate_mode_rejects_bad_rates(rates, message):
+    errs = errors_for(load_mode="rate", request_rates=rates)
+    assert message in " ".join(errs["request_rates"])
+
+
+def test_rate_mode_rejects_a_cap_above_the_limit():
+    errs = errors_for(load_mode="rate", request_rates="1", max_concurrency=100000)
+    assert "above the limit" in " ".join(errs["max_concurrency"])
+
+
+def test_an_unknown_load_mode_is_refused():
+    errs = errors_for(load_mode="warp")
+    assert "Select a valid choice" in " ".join(errs["load_mode"])
 
 
 def test_it_rejects_an_unknown_endpoint():

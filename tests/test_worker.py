@@ -68,6 +68,32 @@ def test_one_good_and_one_faulty_endpoint_make_a_partial_run(client, simulator, 
     assert all("HTTP 500" in err for err in bad_errors)
 
 
+def test_a_request_rate_run_with_slos_stores_goodput_and_schedule(client, simulator, celery_worker_process):
+    sim = simulator(decode_ms=2, prefill_ms=10)
+    e = endpoint(sim.url)
+    run = wait_finished(submit(client, [e], load_mode="rate", request_rates="20,40", arrivals="constant",
+                               max_concurrency="", requests_per_level=10, output_tokens=5, slo_ttft_ms=1000))
+    assert run.status == Run.SUCCEEDED, run.error
+    levels = list(run.levels.order_by("level_index"))
+    assert [lv.rate for lv in levels] == [20, 40]
+    for lv in levels:
+        assert lv.summary["good_requests"] == 10 and lv.summary["slo"] == {"ttft_ms": 1000}
+        assert lv.client["loop_lag_ms_p99"] is not None
+    scheduled = list(RequestRecord.objects.filter(level=levels[0]).order_by("index").values_list("scheduled", flat=True))
+    assert scheduled == pytest.approx([i / 20 for i in range(10)])
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "20 req/s" in page and "Goodput" in page
+
+
+def test_a_level_with_stopped_short_requests_is_flagged(client, simulator, celery_worker_process):
+    sim = simulator(decode_ms=1, eos_after=3, honor_ignore_eos=False)
+    e = endpoint(sim.url)
+    run = wait_finished(submit(client, [e], output_tokens=8, concurrency_levels="1"))
+    assert run.status == Run.SUCCEEDED
+    assert "stopped_short" in {f["code"] for f in run.flags}
+    assert "stopped before the asked output length" in client.get(run.get_absolute_url()).content.decode()
+
+
 def test_the_progress_json_follows_the_run(client, simulator, celery_worker_process):
     sim = simulator(decode_ms=50)
     e = endpoint(sim.url)

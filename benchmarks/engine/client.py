@@ -16,7 +16,7 @@ from typing import Awaitable, Callable
 import httpx
 from httpx_sse import EventSource, SSEError
 
-from .metrics import RequestResult, level_wall_time
+from .metrics import RequestResult, level_wall_time, percentile
 from .stream import StreamError, parse_chunk
 
 BACKENDS = ("vllm", "llamacpp", "openai")
@@ -127,11 +127,33 @@ class PromptFactory:
 
 @dataclass
 class LevelOutcome:
-    concurrency: int
+    concurrency: int  # streams (closed loop) or the cap (0 = none) in rate mode
     results: list[RequestResult]
     started_at: float  # wall clock (epoch seconds) at the level's t0
     wall_s: float
     t0: float = 0.0  # the level's t0 on the monotonic clock (time.perf_counter)
+    rate: float | None = None  # requests per second in rate mode
+    client: dict = field(default_factory=dict)  # how busy the client itself was
+
+
+@dataclass
+class Load:
+    """One load level: a closed loop of `concurrency` streams, or an open loop at `rate`
+    requests/s (poisson or constant arrivals, optionally capped at `concurrency` in flight).
+    Bounded by `requests` or by `duration_s` (whichever comes first when both are given)."""
+
+    concurrency: int = 1
+    rate: float | None = None
+    arrivals: str = "poisson"
+    requests: int | None = None
+    duration_s: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.rate is None:
+            return f"{self.concurrency} concurrent"
+        cap = f", at most {self.concurrency} in flight" if self.concurrency else ""
+        return f"{self.rate:g} req/s {self.arrivals}{cap}"
 
 
 ProgressCallback = Callable[[RequestResult], Awaitable[bool]]  # returns False to stop the run
@@ -262,11 +284,13 @@ class Session:
         return body
 
     # ---------------------------------------------------------------- one request
-    async def send(self, index: int, prompt: list[int] | str, max_tokens: int, t0: float) -> RequestResult:
+    async def send(self, index: int, prompt: list[int] | str, max_tokens: int, t0: float,
+                   scheduled: float | None = None) -> RequestResult:
         """Send one streaming request and time every chunk. Never raises for server faults:
         they end up in `result.error` with their cause."""
         result = RequestResult(index=index, sent=0.0, prompt_tokens_asked=self.workload.prompt_tokens,
-                               output_tokens_asked=max_tokens)
+                               output_tokens_asked=max_tokens, scheduled=scheduled,
+                               prompt_tokens_sent=self.prompts.sent_tokens(prompt))
         path = "/v1/chat/completions" if self.workload.api == "chat" else "/v1/completions"
         body = self.body(prompt, max_tokens)
         for attempt in (1, 2):
@@ -326,6 +350,10 @@ class Session:
             if chunk.is_content:
                 if result.first_content is None:
                     result.first_content = now - sent
+                if not chunk.reasoning and result.first_answer is None:
+                    result.first_answer = now - sent
+                if chunk.reasoning:
+                    result.reasoning_chunks += 1
                 result.chunk_times.append(now - sent)
                 result.chunk_tokens.append(1)
                 result.client_output_tokens += 1
@@ -355,30 +383,94 @@ class Session:
 
     async def measure_level(self, concurrency: int, n_requests: int,
                             progress: ProgressCallback | None = None) -> LevelOutcome:
-        """Closed loop: `concurrency` streams, each sending its next request when the previous
-        one finished, until `n_requests` were sent."""
-        await self.open_connections(concurrency)
-        prompts = [self.prompts.make(self.workload.prompt_tokens) for _ in range(n_requests)]
-        results: list[RequestResult] = []
-        next_index = 0
-        stop = False
+        return await self.measure(Load(concurrency=concurrency, requests=n_requests), progress)
+
+    async def measure(self, load: Load, progress: ProgressCallback | None = None) -> LevelOutcome:
+        """Measure one load level. Connections are opened first, so that connection setup
+        never lands in a measured TTFT."""
+        streams = load.concurrency if load.rate is None else (load.concurrency or min(256, max(4, int(load.rate * 2))))
+        await self.open_connections(streams)
+        monitor = ClientMonitor()
+        monitor.start()
         started_at, t0 = time.time(), time.perf_counter()
+        results: list[RequestResult] = []
+        stop = asyncio.Event()
+        deadline = t0 + load.duration_s if load.duration_s else None
 
-        async def stream_worker() -> None:
-            nonlocal next_index, stop
-            while not stop and next_index < n_requests:
-                i = next_index
-                next_index += 1
-                result = await self.send(i, prompts[i], self.workload.output_tokens, t0)
-                results.append(result)
-                if progress is not None and not await progress(result):
-                    stop = True
+        async def record(result: RequestResult) -> None:
+            results.append(result)
+            if progress is not None and not await progress(result):
+                stop.set()
 
-        await asyncio.gather(*(stream_worker() for _ in range(concurrency)))
-        if stop:
+        try:
+            if load.rate is None:
+                await self._closed_loop(load, t0, deadline, record, stop)
+            else:
+                await self._open_loop(load, t0, deadline, record, stop)
+        finally:
+            client = monitor.stop()
+        if stop.is_set():
             raise Cancelled()
         results.sort(key=lambda r: r.index)
-        return LevelOutcome(concurrency, results, started_at, level_wall_time(results), t0)
+        lags = [r.send_lag for r in results if r.send_lag is not None]
+        if lags:
+            client["send_lag_ms_p99"] = percentile([x * 1000 for x in lags], 99)
+            client["send_lag_ms_max"] = max(lags) * 1000
+        return LevelOutcome(load.concurrency, results, started_at, level_wall_time(results), t0,
+                            rate=load.rate, client=client)
+
+    async def _closed_loop(self, load: Load, t0: float, deadline: float | None, record, stop) -> None:
+        """Each stream sends its next request as soon as the previous one finished."""
+        limit = load.requests if load.requests is not None else 10**9
+        counter = iter(range(limit))
+
+        async def stream() -> None:
+            for i in counter:
+                if stop.is_set() or (deadline and time.perf_counter() >= deadline):
+                    return
+                prompt = self.prompts.make(self.workload.prompt_tokens)
+                await record(await self.send(i, prompt, self.workload.output_tokens, t0))
+
+        await asyncio.gather(*(stream() for _ in range(load.concurrency)))
+
+    def schedule(self, load: Load) -> list[float]:
+        """Send times (seconds after t0) for an open loop."""
+        times, t, i = [], 0.0, 0
+        limit = load.requests if load.requests is not None else 10**7
+        while i < limit:
+            if load.arrivals == "constant":
+                t = i / load.rate
+            elif i:
+                t += self.rng.expovariate(load.rate)
+            if load.duration_s is not None and t >= load.duration_s:
+                break
+            times.append(t)
+            i += 1
+        return times
+
+    async def _open_loop(self, load: Load, t0: float, deadline: float | None, record, stop) -> None:
+        """Requests leave on a schedule, whatever the server's pace; an optional cap bounds
+        how many are in flight (then waiting for a free place counts as send lag)."""
+        cap = asyncio.Semaphore(load.concurrency) if load.concurrency else None
+        prompts_ready = [self.prompts.make(self.workload.prompt_tokens) for _ in range(min(64, load.requests or 64))]
+
+        async def one(i: int, at: float) -> None:
+            prompt = prompts_ready[i] if i < len(prompts_ready) else self.prompts.make(self.workload.prompt_tokens)
+            delay = t0 + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if stop.is_set():
+                return
+            if cap is None:
+                result = await self.send(i, prompt, self.workload.output_tokens, t0, scheduled=at)
+            else:
+                async with cap:
+                    if stop.is_set():
+                        return
+                    result = await self.send(i, prompt, self.workload.output_tokens, t0, scheduled=at)
+            await record(result)
+
+        await asyncio.gather(*(one(i, at) for i, at in enumerate(self.schedule(load))))
 
     def failed_level(self, concurrency: int, n_requests: int, cause: str, kind: str) -> LevelOutcome:
         """A level that could not be measured (preflight failed): every request failed with
@@ -387,6 +479,38 @@ class Session:
                                  output_tokens_asked=self.workload.output_tokens, error=cause,
                                  error_kind=kind) for i in range(n_requests)]
         return LevelOutcome(concurrency, results, time.time(), 0.0)
+
+
+class ClientMonitor:
+    """How busy the client itself was during a level: event-loop lag (a 10 ms tick that
+    wakes late means requests were timed late too) and the process's CPU use."""
+
+    TICK_S = 0.01
+
+    def __init__(self):
+        self.lags: list[float] = []
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+        self.task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(self.TICK_S)
+            self.lags.append(time.perf_counter() - before - self.TICK_S)
+
+    def stop(self) -> dict:
+        if self.task:
+            self.task.cancel()
+        wall = max(time.perf_counter() - self.wall0, 1e-9)
+        lags_ms = [x * 1000 for x in self.lags]
+        return {
+            "cpu_percent": 100.0 * (time.process_time() - self.cpu0) / wall,
+            "loop_lag_ms_p99": percentile(lags_ms, 99),
+            "loop_lag_ms_max": max(lags_ms) if lags_ms else None,
+        }
 
 
 def describe_error(exc: BaseException) -> str:

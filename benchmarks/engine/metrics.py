@@ -29,6 +29,10 @@ METRIC_DEFINITIONS = {
     "aggregate_tok_s": "Aggregate output throughput: output tokens of all completed requests / wall "
                        "time of the level.",
     "prefill_tok_s": "Prefill throughput: prompt tokens / TTFT.",
+    "answer_ms": "Time to first answer token: request sent until the first non-reasoning content "
+                 "(equals TTFT for models that do not reason).",
+    "goodput": "Goodput: requests that met every SLO (TTFT, TPOT, E2E) per second of the level; "
+               "failed requests count as missing every SLO.",
     "server_decode_tok_s": "The server's own decode speed (llama.cpp timings.predicted_per_second).",
     "server_prefill_tok_s": "The server's own prefill speed (llama.cpp timings.prompt_per_second).",
 }
@@ -66,6 +70,10 @@ class RequestResult:
     prompt_tokens_asked: int
     output_tokens_asked: int
     first_content: float | None = None  # seconds after `sent`
+    first_answer: float | None = None  # first non-reasoning content, seconds after `sent`
+    reasoning_chunks: int = 0
+    scheduled: float | None = None  # open loop: when it was due to leave, from the level start
+    prompt_tokens_sent: int | None = None  # token ids we sent (None for text prompts)
     chunk_times: list[float] = field(default_factory=list)  # content chunks, seconds after `sent`
     chunk_tokens: list[int] = field(default_factory=list)  # our own token count per content chunk
     prompt_tokens: int | None = None  # server usage
@@ -81,6 +89,11 @@ class RequestResult:
     @property
     def ok(self) -> bool:
         return not self.error
+
+    @property
+    def send_lag(self) -> float | None:
+        """Open loop: how late the request left against its schedule."""
+        return None if self.scheduled is None else self.sent - self.scheduled
 
     @property
     def ttft(self) -> float | None:
@@ -108,6 +121,27 @@ class RequestResult:
         return [b - a for a, b in zip(t, t[1:])]
 
     @property
+    def token_mismatch(self) -> bool:
+        """The server's usage and our own count of content chunks disagree (servers that
+        pack several tokens into one chunk show up here too)."""
+        return self.ok and self.output_tokens is not None and self.output_tokens != self.client_output_tokens
+
+    @property
+    def prompt_drift(self) -> bool:
+        return self.ok and self.prompt_tokens is not None and self.prompt_tokens != self.prompt_tokens_asked
+
+    def meets(self, slo: dict | None) -> bool:
+        """Met every SLO given (milliseconds); a failed request meets none."""
+        if not self.ok:
+            return False
+        slo = slo or {}
+        for key, value in (("ttft_ms", self.ttft), ("tpot_ms", self.tpot), ("e2e_ms", self.e2e)):
+            limit = slo.get(key)
+            if limit is not None and (value is None or value * 1000.0 > limit):
+                return False
+        return True
+
+    @property
     def stopped_short(self) -> bool:
         tokens = self.output_tokens if self.output_tokens is not None else self.client_output_tokens
         return self.ok and tokens < self.output_tokens_asked
@@ -122,7 +156,8 @@ class RequestResult:
             "error": self.error, "error_kind": self.error_kind,
             "prompt_tokens_asked": self.prompt_tokens_asked,
             "output_tokens_asked": self.output_tokens_asked,
-            "dispatch_delay": self.dispatch_delay,
+            "dispatch_delay": self.dispatch_delay, "first_answer": self.first_answer,
+            "reasoning_chunks": self.reasoning_chunks, "scheduled": self.scheduled,
         }
 
 
@@ -130,10 +165,11 @@ def _ms(seconds: Iterable[float | None]) -> list[float]:
     return [s * 1000.0 for s in seconds if s is not None]
 
 
-def summarize_level(results: Sequence[RequestResult], wall_s: float) -> dict:
+def summarize_level(results: Sequence[RequestResult], wall_s: float, slo: dict | None = None) -> dict:
     """Aggregate one endpoint x load level. `wall_s` is the level's wall time: first send
-    until last completion."""
+    until last completion. `slo`: optional limits in ms (ttft_ms, tpot_ms, e2e_ms)."""
     ok = [r for r in results if r.ok]
+    good = sum(1 for r in results if r.meets(slo))
     output_tokens = sum((r.output_tokens if r.output_tokens is not None else r.client_output_tokens)
                         for r in ok)
     tpots = [r.tpot for r in ok]
@@ -150,12 +186,17 @@ def summarize_level(results: Sequence[RequestResult], wall_s: float) -> dict:
         "completed": len(ok),
         "failed": len(results) - len(ok),
         "stopped_short": sum(1 for r in ok if r.stopped_short),
+        "token_mismatch": sum(1 for r in ok if r.token_mismatch),
+        "prompt_drift": sum(1 for r in ok if r.prompt_drift),
+        "server_usage_missing": sum(1 for r in ok if r.output_tokens is None),
+        "client_output_tokens": sum(r.client_output_tokens for r in ok),
         "wall_s": wall_s,
         "output_tokens": output_tokens,
         "prompt_tokens": sum(r.prompt_tokens or 0 for r in ok),
         "ttft_ms": distribution(_ms(r.ttft for r in ok)),
         "tpot_ms": distribution(_ms(tpots)),
         "e2e_ms": distribution(_ms(r.e2e for r in ok)),
+        "answer_ms": distribution(_ms(r.first_answer for r in ok)),
         "itl_ms": distribution(_ms(itls)),
         "itl_per_token_ms": distribution(_ms(per_token_itls)),
         "decode_tok_s": distribution(decode),
@@ -164,6 +205,10 @@ def summarize_level(results: Sequence[RequestResult], wall_s: float) -> dict:
         "server_prefill_tok_s": distribution(server_prefill),
         "aggregate_tok_s": output_tokens / wall_s if wall_s > 0 else None,
         "request_throughput": len(ok) / wall_s if wall_s > 0 else None,
+        "slo": dict(slo or {}),
+        "good_requests": good,
+        "goodput": good / wall_s if wall_s > 0 else None,
+        "goodput_ratio": good / len(results) if results else None,
     }
 
 

@@ -48,6 +48,7 @@ class SimConfig:
     slots: int = 64
     reasoning_tokens: int = 0  # chat: the first N tokens are reasoning_content
     eos_after: int = 0  # without ignore_eos, stop after N tokens (0 = never)
+    honor_ignore_eos: bool = True  # False: a server that stops at eos_after regardless
     fault: str = "none"
     fault_every: int = 1
     fault_after_tokens: int = 3
@@ -177,7 +178,7 @@ class Simulator:
             return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
         n_prompt = len(prompt_ids) + (1 if cfg.dialect == "llamacpp" else 0) + (8 if chat else 0)
         n_out = max_tokens
-        if cfg.eos_after and not req.get("ignore_eos"):
+        if cfg.eos_after and not (req.get("ignore_eos") and cfg.honor_ignore_eos):
             n_out = min(n_out, cfg.eos_after)
         self.request_count += 1
         fault = cfg.fault if cfg.fault != "none" and self.request_count % max(cfg.fault_every, 1) == 0 else "none"
@@ -347,8 +348,10 @@ def main(argv=None) -> None:
     ap.add_argument("--port", type=int, default=8100)
     ap.add_argument("--config-json", default="", help="all settings at once, as JSON")
     for name, f in SimConfig.__dataclass_fields__.items():
-        ap.add_argument("--" + name.replace("_", "-"), type=type(f.default) if f.default is not None else str,
-                        default=None)
+        kind = type(f.default)
+        if kind is bool:
+            kind = lambda v: v.lower() in ("1", "true", "yes", "on")  # noqa: E731
+        ap.add_argument("--" + name.replace("_", "-"), type=kind, default=None)
     a = ap.parse_args(argv)
     cfg = SimConfig(**json.loads(a.config_json)) if a.config_json else SimConfig()
     for name in SimConfig.__dataclass_fields__:

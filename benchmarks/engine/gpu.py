@@ -1,0 +1,441 @@
+"""GPU probe and telemetry through NVML (pynvml, from the nvidia-ml-py package).
+
+Every NVML function is looked up on one object, `nvml` (the `pynvml` module unless a caller
+passes another), so tests can hand in a fake. Errors are pynvml's own `NVMLError` classes.
+
+Nothing here raises because a host has no GPU or driver: `probe()` says so in `status`, and a
+`GpuSampler` that cannot start records the reason and returns no samples. A field one GPU
+does not support (NVLink state on a PCIe card, ECC on a consumer card) reads None or
+"not supported" instead of failing the whole probe.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+try:
+    import pynvml
+except ImportError:  # pragma: no cover - nvidia-ml-py is in requirements.txt
+    pynvml = None
+
+MIB = 1024 * 1024
+
+# Clock event ("throttle") reason bits, as in nvml.h (nvmlClocksEventReason* /
+# nvmlClocksThrottleReason*). Written out so decoding does not depend on which names a given
+# pynvml version exports.
+THROTTLE_REASONS = {
+    0x001: "idle",
+    0x002: "applications_clocks",
+    0x004: "sw_power_cap",
+    0x008: "hw_slowdown",
+    0x010: "sync_boost",
+    0x020: "sw_thermal",
+    0x040: "hw_thermal",
+    0x080: "hw_power_brake",
+    0x100: "display_clocks",
+    0x200: "board_limit",
+    0x400: "reliability",
+}
+# The reasons that mean the GPU ran slower than it could under load (a run validity flag).
+# idle, applications_clocks, sync_boost and display_clocks are normal states.
+THROTTLING = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal",
+                        "hw_power_brake", "board_limit", "reliability"})
+
+# NVML constants (stable C API values; pynvml exports the same numbers).
+_TEMPERATURE_GPU = 0
+_CLOCK_SM = 1
+_ECC_CORRECTED, _ECC_UNCORRECTED = 0, 1
+_ECC_VOLATILE, _ECC_AGGREGATE = 0, 1
+_ERROR_INVALID_ARGUMENT = 2
+_ERROR_NOT_SUPPORTED = 3
+_ERROR_DRIVER_NOT_LOADED = 9
+_ERROR_LIBRARY_NOT_FOUND = 12
+_ERROR_FUNCTION_NOT_FOUND = 13
+_NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in current nvml.h; older GPUs stop earlier
+
+
+def decode_throttle(bits: int | None) -> list[str]:
+    """Clock event reason bits -> names; unknown bits kept as hex so nothing is hidden."""
+    if bits is None:
+        return []
+    names = [name for bit, name in THROTTLE_REASONS.items() if bits & bit]
+    rest = bits & ~sum(THROTTLE_REASONS)
+    if rest:
+        names.append(f"unknown_{rest:#x}")
+    return names
+
+
+def _is_nvml_error(exc: BaseException) -> bool:
+    return pynvml is not None and isinstance(exc, pynvml.NVMLError)
+
+
+def _code(exc: BaseException) -> int | None:
+    return getattr(exc, "value", None)
+
+
+def _opt(fn, *args, default=None):
+    """One optional NVML query: NVML errors (NotSupported, NoPermission, ...) give `default`."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        if _is_nvml_error(exc):
+            return default
+        raise
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _start(nv) -> str:
+    """nvmlInit; returns "ok" or why NVML is not usable here (never raises)."""
+    if nv is None:
+        return "no NVIDIA driver: nvidia-ml-py (pynvml) is not installed"
+    try:
+        nv.nvmlInit()
+        return "ok"
+    except Exception as exc:
+        if isinstance(exc, OSError) or (
+                _is_nvml_error(exc) and _code(exc) in (_ERROR_LIBRARY_NOT_FOUND, _ERROR_DRIVER_NOT_LOADED)):
+            return f"no NVIDIA driver: {exc}"
+        return f"NVML error: {exc}" if _is_nvml_error(exc) else f"NVML error: {type(exc).__name__}: {exc}"
+
+
+def _shutdown(nv) -> None:
+    try:
+        nv.nvmlShutdown()
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------------- probe
+@dataclass
+class GpuProbe:
+    index: int
+    name: str = ""
+    uuid: str = ""
+    memory_total_mib: int | None = None
+    compute_capability: str | None = None  # "7.0" on a V100, "9.0" on an H100/H200
+    pcie_generation: int | None = None  # current link (it drops at idle on some cards)
+    pcie_generation_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    nvlink: list[str] | str = "not supported"  # per link "active"/"inactive", or "not supported"
+    ecc_mode: str = "not supported"  # "enabled" / "disabled" / "not supported"
+    ecc_corrected: dict = field(default_factory=dict)  # {"volatile": n, "aggregate": n}, None = n/a
+    ecc_uncorrected: dict = field(default_factory=dict)
+    power_limit_w: float | None = None  # the enforced limit
+    power_limit_default_w: float | None = None
+    error: str | None = None  # set when this GPU could not be read at all
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class HostProbe:
+    status: str  # "ok" / "no NVIDIA driver: <reason>" / "NVML error: <reason>"
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None  # the newest CUDA the driver supports, e.g. "12.4"
+    nvml_version: str | None = None
+    gpus: list[GpuProbe] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "gpus": [g.to_dict() for g in self.gpus]}
+
+
+def _cuda_version(v: int | None) -> str | None:
+    return None if v is None else f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _ecc_counts(nv, h) -> tuple[dict, dict]:
+    """(corrected, uncorrected), each {"volatile": n, "aggregate": n}; None where unsupported."""
+    get = nv.nvmlDeviceGetTotalEccErrors
+    return tuple({"volatile": _opt(get, h, kind, _ECC_VOLATILE),
+                  "aggregate": _opt(get, h, kind, _ECC_AGGREGATE)}
+                 for kind in (_ECC_CORRECTED, _ECC_UNCORRECTED))
+
+
+def _nvlink(nv, h) -> list[str] | str:
+    links = []
+    for link in range(_NVLINK_MAX_LINKS):
+        try:
+            links.append("active" if nv.nvmlDeviceGetNvLinkState(h, link) else "inactive")
+        except Exception as exc:
+            if not _is_nvml_error(exc):
+                raise
+            # Past the last link NVML answers InvalidArgument (or NotSupported on some GPUs).
+            if links and _code(exc) in (_ERROR_INVALID_ARGUMENT, _ERROR_NOT_SUPPORTED):
+                break
+            return "not supported" if _code(exc) == _ERROR_NOT_SUPPORTED else f"error: {exc}"
+    return links or "not supported"
+
+
+def _probe_gpu(nv, index: int) -> GpuProbe:
+    g = GpuProbe(index=index)
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(index)
+        g.name = _text(nv.nvmlDeviceGetName(h))
+    except Exception as exc:
+        if not _is_nvml_error(exc):
+            raise
+        g.error = f"NVML error: {exc}"
+        return g
+    g.uuid = _text(_opt(nv.nvmlDeviceGetUUID, h, default=""))
+    mem = _opt(nv.nvmlDeviceGetMemoryInfo, h)
+    g.memory_total_mib = None if mem is None else int(mem.total // MIB)
+    cc = _opt(nv.nvmlDeviceGetCudaComputeCapability, h)
+    g.compute_capability = None if cc is None else f"{cc[0]}.{cc[1]}"
+    g.pcie_generation = _opt(nv.nvmlDeviceGetCurrPcieLinkGeneration, h)
+    g.pcie_generation_max = _opt(nv.nvmlDeviceGetMaxPcieLinkGeneration, h)
+    g.pcie_width = _opt(nv.nvmlDeviceGetCurrPcieLinkWidth, h)
+    g.pcie_width_max = _opt(nv.nvmlDeviceGetMaxPcieLinkWidth, h)
+    g.nvlink = _nvlink(nv, h)
+    mode = _opt(nv.nvmlDeviceGetEccMode, h)  # [current, pending]
+    g.ecc_mode = "not supported" if mode is None else ("enabled" if mode[0] else "disabled")
+    g.ecc_corrected, g.ecc_uncorrected = _ecc_counts(nv, h)
+    limit = _opt(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+    g.power_limit_w = None if limit is None else limit / 1000.0
+    default = _opt(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
+    g.power_limit_default_w = None if default is None else default / 1000.0
+    return g
+
+
+def probe(nvml=None) -> HostProbe:
+    """Everything the inventory stores about this host's GPUs. Never raises for a missing
+    GPU, driver or library; `status` says what happened."""
+    nv = nvml if nvml is not None else pynvml
+    status = _start(nv)
+    if status != "ok":
+        return HostProbe(status=status)
+    try:
+        host = HostProbe(status="ok")
+        host.driver_version = _text(_opt(nv.nvmlSystemGetDriverVersion, default="")) or None
+        host.cuda_driver_version = _cuda_version(_opt(nv.nvmlSystemGetCudaDriverVersion))
+        nvml_version = _opt(nv.nvmlSystemGetNVMLVersion)
+        host.nvml_version = None if nvml_version is None else _text(nvml_version)
+        host.gpus = [_probe_gpu(nv, i) for i in range(nv.nvmlDeviceGetCount())]
+        return host
+    except Exception as exc:
+        if not _is_nvml_error(exc):
+            raise
+        return HostProbe(status=f"NVML error: {exc}")
+    finally:
+        _shutdown(nv)
+
+
+# ---------------------------------------------------------------------------------- sampler
+@dataclass
+class GpuSample:
+    t: float  # the sampler's clock (time.perf_counter, the client's clock), when read began
+    index: int
+    memory_used_mib: float | None = None  # whole device
+    process_memory_mib: dict[int, float | None] = field(default_factory=dict)  # pid -> MiB
+    util_gpu: int | None = None  # percent of the last sample period a kernel ran
+    util_memory: int | None = None  # percent of time device memory was read or written
+    temperature_c: int | None = None
+    power_w: float | None = None
+    sm_clock_mhz: int | None = None
+    throttle: list[str] = field(default_factory=list)
+    ecc_corrected: int | None = None  # volatile (since the driver loaded)
+    ecc_uncorrected: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _throttle_bits(nv, h) -> int | None:
+    # nvmlDeviceGetCurrentClocksEventReasons is the current name (driver >= 535); older drivers
+    # (common on V100 hosts) only have the deprecated ...ClocksThrottleReasons.
+    try:
+        return nv.nvmlDeviceGetCurrentClocksEventReasons(h)
+    except Exception as exc:
+        if not (_is_nvml_error(exc) or isinstance(exc, AttributeError)):
+            raise
+        if _is_nvml_error(exc) and _code(exc) != _ERROR_FUNCTION_NOT_FOUND:
+            return None
+    return _opt(nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+
+
+def read_sample(nv, h, index: int, t: float, processes: bool = True) -> GpuSample:
+    s = GpuSample(t=t, index=index)
+    mem = _opt(nv.nvmlDeviceGetMemoryInfo, h)
+    s.memory_used_mib = None if mem is None else mem.used / MIB
+    if processes:
+        for p in _opt(nv.nvmlDeviceGetComputeRunningProcesses, h, default=[]) or []:
+            used = getattr(p, "usedGpuMemory", None)  # None without permission (containers)
+            s.process_memory_mib[int(p.pid)] = None if used is None else used / MIB
+    util = _opt(nv.nvmlDeviceGetUtilizationRates, h)
+    if util is not None:
+        s.util_gpu, s.util_memory = util.gpu, util.memory
+    s.temperature_c = _opt(nv.nvmlDeviceGetTemperature, h, _TEMPERATURE_GPU)
+    power = _opt(nv.nvmlDeviceGetPowerUsage, h)
+    s.power_w = None if power is None else power / 1000.0
+    s.sm_clock_mhz = _opt(nv.nvmlDeviceGetClockInfo, h, _CLOCK_SM)
+    s.throttle = decode_throttle(_throttle_bits(nv, h))
+    get = nv.nvmlDeviceGetTotalEccErrors
+    s.ecc_corrected = _opt(get, h, _ECC_CORRECTED, _ECC_VOLATILE)
+    s.ecc_uncorrected = _opt(get, h, _ECC_UNCORRECTED, _ECC_VOLATILE)
+    return s
+
+
+class GpuSampler:
+    """Samples the given GPUs every `interval_s` in a background thread, so an asyncio event
+    loop measuring requests is never blocked by NVML calls. Ticks sit on an absolute grid
+    (start + k * interval); a tick that is already past when the previous sample ends is
+    skipped rather than shifting every later sample.
+
+        sampler = GpuSampler([0]); sampler.start(); ...; samples = sampler.stop()
+    """
+
+    def __init__(self, indices, interval_s: float = 0.2, clock=time.perf_counter, nvml=None,
+                 processes: bool = True):
+        self.indices = list(indices)
+        self.interval_s = interval_s
+        self.clock = clock
+        self.nv = nvml if nvml is not None else pynvml
+        self.processes = processes  # per-process memory is the slowest query; allow it off
+        self.status = "not started"
+        self.samples: list[GpuSample] = []
+        self.ecc_before: dict[int, dict] = {}  # index -> {"corrected": {...}, "uncorrected": {...}}
+        self.ecc_after: dict[int, dict] = {}
+        self.read_seconds: list[float] = []  # how long each round of reads took (its cost)
+        self.skipped_ticks = 0
+        self.error: str | None = None
+        self._handles: list[tuple[int, object]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _ecc(self) -> dict[int, dict]:
+        out = {}
+        for index, h in self._handles:
+            corrected, uncorrected = _ecc_counts(self.nv, h)
+            out[index] = {"corrected": corrected, "uncorrected": uncorrected}
+        return out
+
+    def start(self) -> None:
+        self.status = _start(self.nv)
+        if self.status != "ok":
+            return
+        try:
+            self._handles = [(i, self.nv.nvmlDeviceGetHandleByIndex(i)) for i in self.indices]
+        except Exception as exc:
+            if not _is_nvml_error(exc):
+                raise
+            self.status = f"NVML error: {exc}"
+            _shutdown(self.nv)
+            return
+        self.ecc_before = self._ecc()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _round(self) -> None:
+        t = self.clock()
+        for index, h in self._handles:
+            try:
+                self.samples.append(read_sample(self.nv, h, index, t, self.processes))
+            except Exception as exc:  # keep sampling the other GPUs and later ticks
+                self.error = f"{type(exc).__name__}: {exc}"
+        self.read_seconds.append(self.clock() - t)
+
+    def _run(self) -> None:
+        start = self.clock()
+        k = 0
+        while True:
+            self._round()
+            k += 1
+            now = self.clock()
+            late = int((now - start) / self.interval_s) + 1  # the next tick still ahead
+            if late > k:
+                self.skipped_ticks += late - k
+                k = late
+            if self._stop.wait(start + k * self.interval_s - now):
+                return
+
+    def stop(self) -> list[GpuSample]:
+        """Stops the thread (at most one round of reads away) and returns all samples."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self.ecc_after = self._ecc()
+            _shutdown(self.nv)
+        return self.samples
+
+    def summary(self) -> list[dict]:
+        return summary(self.samples, self.ecc_before, self.ecc_after)
+
+
+def _ecc_delta(before: dict | None, after: dict | None) -> dict | None:
+    """Rise in ECC errors between two readings: volatile counts, else aggregate."""
+    if not before or not after:
+        return None
+    out = {}
+    for kind in ("corrected", "uncorrected"):
+        for counter in ("volatile", "aggregate"):
+            a, b = before[kind].get(counter), after[kind].get(counter)
+            if a is not None and b is not None:
+                out[kind] = b - a
+                break
+        else:
+            out[kind] = None
+    return out
+
+
+def summary(samples: list[GpuSample], ecc_before: dict | None = None,
+            ecc_after: dict | None = None) -> list[dict]:
+    """Per GPU (sorted by index): peak memory, max temperature and power, mean utilization,
+    the share of samples each clock event reason was seen in, and the ECC error rise (from
+    the before/after readings when given, else from the first and last sample)."""
+    by_gpu: dict[int, list[GpuSample]] = {}
+    for s in samples:
+        by_gpu.setdefault(s.index, []).append(s)
+    out = []
+    for index in sorted(set(by_gpu) | set(ecc_before or {})):
+        rows = by_gpu.get(index, [])
+
+        def values(name):
+            return [v for v in (getattr(s, name) for s in rows) if v is not None]
+
+        def peak(name):
+            v = values(name)
+            return max(v) if v else None
+
+        def mean(name):
+            v = values(name)
+            return sum(v) / len(v) if v else None
+
+        seen: dict[str, int] = {}
+        for s in rows:
+            for reason in s.throttle:
+                seen[reason] = seen.get(reason, 0) + 1
+        n = len(rows)
+        if ecc_before and ecc_after and index in ecc_before and index in ecc_after:
+            ecc = _ecc_delta(ecc_before[index], ecc_after[index])
+        elif n >= 2:
+            first, last = rows[0], rows[-1]
+            ecc = {k: (None if getattr(first, f"ecc_{k}") is None or getattr(last, f"ecc_{k}") is None
+                       else getattr(last, f"ecc_{k}") - getattr(first, f"ecc_{k}"))
+                   for k in ("corrected", "uncorrected")}
+        else:
+            ecc = None
+        out.append({
+            "index": index,
+            "samples": n,
+            "peak_memory_used_mib": peak("memory_used_mib"),
+            "max_temperature_c": peak("temperature_c"),
+            "max_power_w": peak("power_w"),
+            "mean_util_gpu": mean("util_gpu"),
+            "mean_util_memory": mean("util_memory"),
+            "min_sm_clock_mhz": min(values("sm_clock_mhz"), default=None),
+            "throttle_share": {r: c / n for r, c in sorted(seen.items())},
+            "throttled_share": (sum(1 for s in rows if THROTTLING & set(s.throttle)) / n) if n else None,
+            "ecc_delta": ecc,
+        })
+    return out

@@ -1,0 +1,270 @@
+"""The server's own view of a run: its Prometheus /metrics, sampled on the client's clock, and
+who it says it is (/version, /props, /slots).
+
+vLLM and llama.cpp name the same figures differently, and vLLM renamed some between versions;
+`scrape()` maps them onto one set of keys (FIGURES) and sums over label sets (model_name,
+engine, ...). Parsing is prometheus_client's (the library vLLM itself exports with), fed only
+the lines we chart: a whole vLLM page (hundreds of histogram buckets) takes ~20 ms to parse,
+which would stall the event loop that is timing requests; our few lines take well under 1 ms.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+# Our key -> the server's sample names, the first present wins (newer name first).
+FIGURES = {
+    "requests_running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
+    "requests_waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
+    # 0..1. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (both exported for a while).
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                       "llamacpp:kv_cache_usage_ratio"),
+    "prompt_tokens_total": ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
+    "generation_tokens_total": ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total"),
+    "prompt_seconds_total": ("llamacpp:prompt_seconds_total",),
+    "generation_seconds_total": ("llamacpp:tokens_predicted_seconds_total",),
+}
+# Histograms: we keep <name>_sum and <name>_count (means and deltas), not the buckets.
+HISTOGRAMS = {
+    "ttft_seconds": ("vllm:time_to_first_token_seconds",),
+    # Per-token gaps; time_per_output_token_seconds was its name before vLLM's V1 rename.
+    "itl_seconds": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    # Per-request mean TPOT (newer vLLM only).
+    "request_tpot_seconds": ("vllm:request_time_per_output_token_seconds",),
+    "e2e_seconds": ("vllm:e2e_request_latency_seconds",),
+}
+_WANTED = frozenset(n for names in FIGURES.values() for n in names) | frozenset(
+    n + suffix for names in HISTOGRAMS.values() for n in names for suffix in ("_sum", "_count"))
+# Status codes that mean "this server has no /metrics for us": 404 (no route), 501 (llama-server
+# started without --metrics answers 501 not_supported_error), 401/403 (behind an API key).
+_UNAVAILABLE = (401, 403, 404, 405, 501)
+
+
+def _sample_lines(text: str) -> str:
+    """Only the sample lines we chart. Comments are dropped too: without a TYPE line the
+    parser keeps each sample's name exactly as written (it renames counters otherwise)."""
+    keep = []
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        end = 0
+        while end < len(line) and line[end] not in "{ \t":
+            end += 1
+        if line[:end] in _WANTED:
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """Sample name -> value summed over its label sets, for the names in FIGURES/HISTOGRAMS."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(_sample_lines(text)):
+        for s in family.samples:
+            totals[s.name] = totals.get(s.name, 0.0) + s.value
+    return totals
+
+
+def scrape(text: str) -> dict:
+    """The figures we chart from one /metrics page, under our own keys (see FIGURES and
+    HISTOGRAMS; histograms give `<key>_sum` and `<key>_count`). Keys the server does not
+    export are absent. `dialect` is "vllm", "llamacpp" or None."""
+    raw = parse_samples(text)
+    out: dict = {}
+    for key, names in FIGURES.items():
+        for name in names:
+            if name in raw:
+                out[key] = raw[name]
+                break
+    for key, names in HISTOGRAMS.items():
+        for name in names:
+            if name + "_count" in raw:
+                out[key + "_sum"] = raw.get(name + "_sum")
+                out[key + "_count"] = raw[name + "_count"]
+                break
+    prefixes = {name.split(":", 1)[0] for name in raw}
+    out["dialect"] = "vllm" if "vllm" in prefixes else ("llamacpp" if "llamacpp" in prefixes else None)
+    return out
+
+
+@dataclass
+class MetricsSample:
+    t: float  # time.perf_counter() when the scrape was sent (the client's clock)
+    rtt_s: float  # until the page was read; the server's gauges are from within [t, t + rtt_s]
+    values: dict = field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def server_was_idle(first_sample) -> bool | None:
+    """True when nothing was running or waiting at the first sample; None when unknown.
+    Takes a MetricsSample or its `values` dict."""
+    values = getattr(first_sample, "values", first_sample)
+    if not values:
+        return None
+    running, waiting = values.get("requests_running"), values.get("requests_waiting")
+    if running is None or waiting is None:
+        return None
+    return running == 0 and waiting == 0
+
+
+def _reason(response: httpx.Response) -> str:
+    text = " ".join(response.text.split())[:200]
+    return f"HTTP {response.status_code}" + (f" ({text})" if text else "")
+
+
+class MetricsSampler:
+    """Scrapes `<base_url>/metrics` every `interval_s` as an asyncio task, on an absolute grid
+    of `time.perf_counter()` ticks (missed ticks are skipped, never shifted). A server with no
+    /metrics (404, 501 from llama-server without --metrics, 401/403) sets `status` to
+    "not available: HTTP <code> ..." and the task ends; it never raises into the caller.
+    Other failures (a timeout, a 500) are recorded as samples with `error` and sampling goes on.
+
+        sampler = MetricsSampler(url, client=client); sampler.start(); ...; await sampler.stop()
+    """
+
+    def __init__(self, base_url: str, interval_s: float = 0.5, client: httpx.AsyncClient | None = None,
+                 timeout_s: float = 5.0, clock=time.perf_counter):
+        self.url = base_url.rstrip("/") + "/metrics"
+        self.interval_s = interval_s
+        self.client = client  # pass the run's client to reuse its auth headers and pool
+        self._own_client = client is None
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.status = "not started"
+        self.samples: list[MetricsSample] = []
+        self.skipped_ticks = 0
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Call from inside the running event loop."""
+        if self.client is None:
+            self.client = httpx.AsyncClient(timeout=self.timeout_s)
+        self.status = "running"
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="metrics-sampler")
+
+    async def _scrape_once(self) -> bool:
+        """One scrape into self.samples; False when the endpoint is not available."""
+        t = self.clock()
+        try:
+            r = await self.client.get(self.url, timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            self.samples.append(MetricsSample(t, self.clock() - t, error=f"{type(exc).__name__}: {exc}"))
+            return True
+        rtt = self.clock() - t
+        if r.status_code in _UNAVAILABLE:
+            self.status = f"not available: {_reason(r)}"
+            return False
+        if r.status_code != 200:
+            self.samples.append(MetricsSample(t, rtt, error=_reason(r)))
+            return True
+        try:
+            values = scrape(r.text)
+        except ValueError as exc:  # a line the parser rejects: keep the run going, say so
+            self.samples.append(MetricsSample(t, rtt, error=f"unparsable /metrics: {exc}"))
+            return True
+        self.samples.append(MetricsSample(t, rtt, values))
+        return True
+
+    async def _run(self) -> None:
+        start = self.clock()
+        k = 0
+        while await self._scrape_once():
+            k += 1
+            now = self.clock()
+            late = int((now - start) / self.interval_s) + 1
+            if late > k:
+                self.skipped_ticks += late - k
+                k = late
+            await asyncio.sleep(start + k * self.interval_s - now)
+
+    async def stop(self, final_scrape: bool = True) -> list[MetricsSample]:
+        """Ends the task (an in-flight scrape is cancelled) and, if the endpoint answered,
+        takes one last scrape so counters cover the whole measured span."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # a bug here must not fail the run being measured
+                self.status = f"error: {type(exc).__name__}: {exc}"
+            self._task = None
+            if self.status == "running" and final_scrape:
+                await self._scrape_once()
+            if self.status == "running":
+                errors = [s.error for s in self.samples if s.error]
+                self.status = ("ok" if len(errors) < len(self.samples)
+                               else f"failed: {errors[-1] if errors else 'no samples'}")
+        if self._own_client and self.client is not None:
+            await self.client.aclose()
+            self.client = None
+        return self.samples
+
+
+# ---------------------------------------------------------------------------------- identity
+def trim(obj, max_str: int = 300, max_items: int = 32, depth: int = 4):
+    """A copy small enough to store: long strings (chat templates) and long lists cut, with
+    a note of what was cut."""
+    if isinstance(obj, str):
+        return obj if len(obj) <= max_str else obj[:max_str] + f"... [{len(obj) - max_str} chars trimmed]"
+    if isinstance(obj, dict):
+        if depth <= 0:
+            return f"[object with {len(obj)} keys trimmed]"
+        return {k: trim(v, max_str, max_items, depth - 1) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if depth <= 0:
+            return f"[list of {len(obj)} trimmed]"
+        head = [trim(v, max_str, max_items, depth - 1) for v in obj[:max_items]]
+        return head + ([f"[{len(obj) - max_items} more trimmed]"] if len(obj) > max_items else [])
+    return obj
+
+
+async def _get_json(client: httpx.AsyncClient, url: str, notes: list[str], timeout_s: float):
+    try:
+        r = await client.get(url, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        notes.append(f"GET {url}: {type(exc).__name__}: {exc}")
+        return None
+    if r.status_code != 200:
+        notes.append(f"GET {url}: {_reason(r)}")
+        return None
+    try:
+        return r.json()
+    except ValueError:
+        notes.append(f"GET {url}: not JSON")
+        return None
+
+
+async def server_identity(client: httpx.AsyncClient, base_url: str, backend: str,
+                          timeout_s: float = 5.0) -> dict:
+    """What the server says it is, small enough to store with the run. vLLM: /version.
+    llama-server: /props (context size, slots, build, model path) and /slots. Every call is
+    optional: what fails is listed in `notes`, nothing raises."""
+    base = base_url.rstrip("/")
+    notes: list[str] = []
+    out: dict = {"backend": backend}
+    if backend == "vllm":
+        v = await _get_json(client, base + "/version", notes, timeout_s)
+        if isinstance(v, dict):
+            out["version"] = v.get("version")
+    elif backend == "llamacpp":
+        props = await _get_json(client, base + "/props", notes, timeout_s)
+        if isinstance(props, dict):
+            settings = props.get("default_generation_settings") or {}
+            out.update(n_ctx=settings.get("n_ctx") if isinstance(settings, dict) else None,
+                       total_slots=props.get("total_slots"), build_info=props.get("build_info"),
+                       model_path=props.get("model_path"), props=trim(props))
+        slots = await _get_json(client, base + "/slots", notes, timeout_s)
+        if isinstance(slots, list):
+            n_ctx = sorted({s.get("n_ctx") for s in slots if isinstance(s, dict) and s.get("n_ctx")})
+            out["slots"] = {"count": len(slots), "n_ctx": n_ctx[0] if len(n_ctx) == 1 else n_ctx}
+    else:
+        notes.append(f"no identity endpoints known for backend {backend!r}")
+    out["notes"] = notes
+    return out
