@@ -321,3 +321,82 @@ class RequestRecord(models.Model):
     @property
     def ok(self) -> bool:
         return not self.error
+
+
+class ImportedReport(models.Model):
+    """Numbers measured elsewhere (vllm bench serve, GuideLLM, llama-bench files) or published
+    (the V100 write-up): kept apart from our own runs and always labelled as such."""
+
+    KINDS = [("vllm-bench-serve", "vllm bench serve"), ("guidellm", "GuideLLM"),
+             ("llama-bench", "llama-bench"), ("published", "published")]
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    kind = models.CharField(max_length=30, choices=KINDS)
+    title = models.CharField(max_length=300)
+    filename = models.CharField(max_length=300, blank=True)
+    gpu = models.CharField("GPU", max_length=200, blank=True)
+    backend = models.CharField(max_length=30, blank=True, help_text="vllm / llamacpp, when known")
+    quantization = models.CharField(max_length=20, blank=True, choices=Variant.QUANTIZATIONS)
+    report = models.JSONField()  # importers.ImportedReport.to_dict()
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return self.title
+
+    def get_absolute_url(self):
+        from django.urls import reverse
+
+        return reverse("import-detail", args=[self.public_id])
+
+    @property
+    def label(self) -> str:
+        return ("published, not measured here" if self.kind == "published"
+                else f"imported from {self.get_kind_display()}, not measured here")
+
+
+class Comparison(models.Model):
+    """A saved side-by-side view of runs and imported reports, behind a permalink."""
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    title = models.CharField(max_length=200, blank=True)
+    runs = models.ManyToManyField(Run, blank=True, related_name="comparisons")
+    reports = models.ManyToManyField(ImportedReport, blank=True, related_name="comparisons")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return self.title or f"comparison {self.public_id[:8]}"
+
+    def get_absolute_url(self):
+        from django.urls import reverse
+
+        return reverse("comparison-detail", args=[self.public_id])
+
+
+class Decision(models.Model):
+    """A stated workload, the evidence the advisor used and its recommendation, saved so that
+    it can be shared by link. `result` is the advisor's Recommendation.to_dict()."""
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    inputs = models.JSONField()
+    result = models.JSONField()
+    recommended = models.CharField(max_length=50, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"decision {self.public_id[:8]}: {self.recommended or 'no recommendation'}"
+
+    def get_absolute_url(self):
+        from django.urls import reverse
+
+        return reverse("decision-detail", args=[self.public_id])

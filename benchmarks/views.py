@@ -5,6 +5,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from benchmarks import selectors, services
+from benchmarks.decorators import permalink
 from benchmarks.engine.metrics import METRIC_DEFINITIONS
 from benchmarks.forms import RunForm
 from benchmarks.models import Run
@@ -24,7 +25,8 @@ def run_list(request):
 
 @login_required
 def run_new(request):
-    form = RunForm(request.POST or None)
+    # GET parameters pre-fill the form ("measure this next" links from the decision page).
+    form = RunForm(request.POST or None, initial=_prefill(request.GET))
     if request.method == "POST" and form.is_valid():
         run = services.run_create(owner=request.user, **form.cleaned_data)
         messages.success(request, "Run queued. This page updates as it progresses.")
@@ -33,6 +35,16 @@ def run_new(request):
                   {"form": form, "has_endpoints": form.fields["endpoints"].queryset.exists()})
 
 
+def _prefill(params) -> dict:
+    initial = {k: params[k] for k in ("title", "prompt_tokens", "output_tokens", "concurrency_levels",
+                                      "request_rates", "load_mode", "requests_per_level") if params.get(k)}
+    endpoints = [e for e in params.getlist("endpoints") if e.isdigit()]
+    if endpoints:
+        initial["endpoints"] = endpoints
+    return initial
+
+
+@permalink
 def run_detail(request, public_id: str):
     run = _run_or_404(public_id)
     return render(request, "benchmarks/run_detail.html", {
@@ -45,6 +57,7 @@ def run_detail(request, public_id: str):
     })
 
 
+@permalink
 def run_progress(request, public_id: str):
     run = _run_or_404(public_id)
     return JsonResponse({

@@ -137,3 +137,12 @@ def test_a_run_is_claimed_only_once():
 def test_an_unknown_permalink_is_404(client):
     assert client.get(reverse("run-detail", args=["nope"])).status_code == 404
     assert client.get(reverse("run-progress", args=["nope"])).status_code == 404
+
+
+def test_the_form_can_be_prefilled_from_a_link(client):
+    e = endpoint()
+    client.force_login(user())
+    r = client.get(reverse("run-new") + f"?endpoints={e.id}&concurrency_levels=1,4,16&prompt_tokens=2048")
+    page = r.content.decode()
+    assert 'value="1,4,16"' in page and 'value="2048"' in page
+    assert f'value="{e.id}" ' in page and "checked" in page

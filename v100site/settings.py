@@ -47,6 +47,8 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 SITE_NAME = os.environ.get("SITE_NAME", "v100site")
+# Permalinks (runs, comparisons, decisions, imports) open without login unless this is set.
+PERMALINKS_REQUIRE_LOGIN = envbool("PERMALINKS_REQUIRE_LOGIN", "False")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
