@@ -1,6 +1,6 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -54,7 +54,17 @@ def run_detail(request, public_id: str):
         "failure_count": selectors.run_failure_count(run),
         "preflight": selectors.run_preflight(run),
         "definitions": METRIC_DEFINITIONS,
+        "chart_list": _chart_list(run),
     })
+
+
+def _chart_list(run: Run) -> list[tuple[str, str]]:
+    names = [("throughput", "Throughput"), ("ttft", "TTFT"), ("tpot", "TPOT"), ("timeline", "Timeline")]
+    if selectors.run_has_telemetry(run, "gpu_series"):
+        names.append(("gpu", "GPU"))
+    if selectors.run_has_telemetry(run, "server_series"):
+        names.append(("server", "Server"))
+    return names
 
 
 @permalink
@@ -76,3 +86,68 @@ def run_cancel(request, public_id: str):
     else:
         messages.error(request, f"This run is already {run.status}.")
     return redirect(run)
+
+
+CHARTS = ("throughput", "ttft", "tpot", "e2e", "timeline", "gpu", "server")
+
+
+def _chart(run: Run, name: str, params) -> dict | None:
+    from benchmarks import charts
+
+    if name == "throughput":
+        return charts.throughput_figure(selectors.run_series(run))
+    if name in ("ttft", "tpot", "e2e"):
+        title = {"ttft": "Time to first token", "tpot": "Time per output token", "e2e": "End-to-end latency"}[name]
+        groups = []
+        for level in selectors.run_levels_with_endpoint(run):
+            values = [getattr(r, name) * 1000 for r in selectors.level_results(level)
+                      if r.ok and getattr(r, name) is not None]
+            groups.append({"name": f"{level.endpoint.name} {level.load_label}", "values": values,
+                           "stats": level.summary.get(f"{name}_ms") or {}})
+        return charts.distribution_figure(f"{title} per level", "ms", groups)
+    if name == "timeline":
+        levels = selectors.run_levels_with_endpoint(run)
+        level = next((lv for lv in levels if str(lv.id) == params.get("level")), levels[0] if levels else None)
+        if level is None:
+            return None
+        requests = [{"index": r.index, "sent": r.sent, "ttft": r.ttft, "e2e": r.e2e,
+                     "prompt_ms": (r.timings or {}).get("prompt_ms")} for r in selectors.level_results(level)]
+        return charts.timeline_figure(f"Requests of {level.endpoint.name} at {level.load_label}", requests)
+    if name == "gpu":
+        return charts.gpu_figure(selectors.telemetry_levels(run, "gpu_series"))
+    if name == "server":
+        return charts.server_figure(selectors.telemetry_levels(run, "server_series"))
+    return None
+
+
+@permalink
+def run_chart(request, public_id: str, name: str, fmt: str):
+    from benchmarks.charts import to_csv
+
+    run = _run_or_404(public_id)
+    fig = _chart(run, name, request.GET) if name in CHARTS else None
+    if fig is None:
+        raise Http404("No such chart for this run.")
+    if fmt == "csv":
+        return _csv_response(to_csv(fig), f"{run.public_id}-{name}.csv")
+    return JsonResponse(fig)
+
+
+def _csv_response(text: str, filename: str) -> HttpResponse:
+    response = HttpResponse(text, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@permalink
+def run_export(request, public_id: str):
+    run = _run_or_404(public_id)
+    response = JsonResponse(selectors.run_export(run), json_dumps_params={"indent": 1})
+    response["Content-Disposition"] = f'attachment; filename="run-{run.public_id}.json"'
+    return response
+
+
+@permalink
+def run_requests_csv(request, public_id: str):
+    run = _run_or_404(public_id)
+    return _csv_response(selectors.run_requests_csv(run), f"run-{run.public_id}-requests.csv")

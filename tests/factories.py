@@ -28,3 +28,34 @@ def run_form(endpoint_rows, **overrides):
             "duration_s": "", "warmup_requests": 1, "seed": "", "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
     data.update(overrides)
     return data
+
+
+def measured_run(endpoints, levels=(1, 8), requests=20, owner=None, seed=0, ttft=0.1, gap=0.02, tokens=20,
+                 prompt_tokens=512, gpu=None, server=None, **fields):
+    """A finished run stored through the real service (level_store), from synthetic requests."""
+    import random
+    from benchmarks.engine.client import LevelOutcome
+    from benchmarks.engine.metrics import RequestResult, level_wall_time
+    from benchmarks.models import Run
+    from benchmarks.services import level_store
+
+    rng = random.Random(seed)
+    run = Run.objects.create(owner=owner, prompt_tokens=prompt_tokens, output_tokens=tokens, temperature=0.7,
+                             concurrency_levels=list(levels), requests_per_level=requests, warmup_requests=0,
+                             status=Run.SUCCEEDED, progress_total=len(endpoints) * len(levels) * requests, **fields)
+    run.endpoints.set(endpoints)
+    for e in endpoints:
+        for index, c in enumerate(levels):
+            results = []
+            for i in range(requests):
+                first = ttft * (1 + rng.random())
+                chunks = [first + gap * k * (1 + 0.1 * rng.random()) for k in range(tokens)]
+                results.append(RequestResult(
+                    index=i, sent=(i // c) * chunks[-1], prompt_tokens_asked=prompt_tokens, output_tokens_asked=tokens,
+                    first_content=first, chunk_times=chunks, chunk_tokens=[1] * tokens, prompt_tokens=prompt_tokens,
+                    output_tokens=tokens, client_output_tokens=tokens,
+                    timings={"prompt_ms": first * 600, "predicted_per_second": 1 / gap, "prompt_per_second": 5000.0},
+                    finish_reason="length"))
+            outcome = LevelOutcome(c, results, 1_700_000_000.0 + index * 60, level_wall_time(results))
+            level_store(run=run, endpoint=e, outcome=outcome, level_index=index, gpu=gpu, server=server)
+    return run

@@ -26,19 +26,19 @@ MIB = 1024 * 1024
 # pynvml version exports.
 THROTTLE_REASONS = {
     0x001: "idle",
-    0x002: "applications_clocks",
+    0x002: "applications_clocks_setting",
     0x004: "sw_power_cap",
     0x008: "hw_slowdown",
     0x010: "sync_boost",
     0x020: "sw_thermal",
     0x040: "hw_thermal",
     0x080: "hw_power_brake",
-    0x100: "display_clocks",
+    0x100: "display_clock_setting",
     0x200: "board_limit",
     0x400: "reliability",
 }
 # The reasons that mean the GPU ran slower than it could under load (a run validity flag).
-# idle, applications_clocks, sync_boost and display_clocks are normal states.
+# idle, applications_clocks_setting, sync_boost and display_clock_setting are normal states.
 THROTTLING = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal",
                         "hw_power_brake", "board_limit", "reliability"})
 
@@ -129,6 +129,13 @@ class GpuProbe:
     power_limit_default_w: float | None = None
     error: str | None = None  # set when this GPU could not be read at all
 
+    @property
+    def nvlink_text(self) -> str:
+        """One short line for the inventory, e.g. "6 of 6 links active"."""
+        if isinstance(self.nvlink, str):
+            return self.nvlink
+        return f"{self.nvlink.count('active')} of {len(self.nvlink)} links active"
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -144,6 +151,13 @@ class HostProbe:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def interconnect(self) -> str:
+        """ "nvlink" when any GPU has an active link, "pcie" otherwise, "" with no GPUs."""
+        if not self.gpus:
+            return ""
+        return "nvlink" if any("active" in g.nvlink for g in self.gpus if isinstance(g.nvlink, list)) else "pcie"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "gpus": [g.to_dict() for g in self.gpus]}
@@ -236,8 +250,8 @@ class GpuSample:
     index: int
     memory_used_mib: float | None = None  # whole device
     process_memory_mib: dict[int, float | None] = field(default_factory=dict)  # pid -> MiB
-    util_gpu: int | None = None  # percent of the last sample period a kernel ran
-    util_memory: int | None = None  # percent of time device memory was read or written
+    utilization_gpu: int | None = None  # percent of the last sample period a kernel ran
+    utilization_memory: int | None = None  # percent of time device memory was read or written
     temperature_c: int | None = None
     power_w: float | None = None
     sm_clock_mhz: int | None = None
@@ -272,7 +286,7 @@ def read_sample(nv, h, index: int, t: float, processes: bool = True) -> GpuSampl
             s.process_memory_mib[int(p.pid)] = None if used is None else used / MIB
     util = _opt(nv.nvmlDeviceGetUtilizationRates, h)
     if util is not None:
-        s.util_gpu, s.util_memory = util.gpu, util.memory
+        s.utilization_gpu, s.utilization_memory = util.gpu, util.memory
     s.temperature_c = _opt(nv.nvmlDeviceGetTemperature, h, _TEMPERATURE_GPU)
     power = _opt(nv.nvmlDeviceGetPowerUsage, h)
     s.power_w = None if power is None else power / 1000.0
@@ -368,74 +382,120 @@ class GpuSampler:
             _shutdown(self.nv)
         return self.samples
 
-    def summary(self) -> list[dict]:
+    def summary(self) -> dict:
         return summary(self.samples, self.ecc_before, self.ecc_after)
 
+    def series(self) -> dict:
+        return series(self.samples)
 
-def _ecc_delta(before: dict | None, after: dict | None) -> dict | None:
+
+SERIES_FIELDS = ("memory_used_mib", "utilization_gpu", "utilization_memory", "temperature_c",
+                 "power_w", "sm_clock_mhz")
+
+
+def series(samples: list[GpuSample]) -> dict:
+    """Samples as columns for storage and charts: {"t": [...], "gpus": {"0": {field: [...]}}}.
+    GPUs are read together at each tick, so they share "t"; keys are strings as in JSON."""
+    ts = sorted({s.t for s in samples})
+    at = {t: i for i, t in enumerate(ts)}
+    gpus: dict[str, dict] = {}
+    for s in samples:
+        cols = gpus.setdefault(str(s.index), {f: [None] * len(ts) for f in (*SERIES_FIELDS, "throttle")})
+        for f in SERIES_FIELDS:
+            cols[f][at[s.t]] = getattr(s, f)
+        cols["throttle"][at[s.t]] = [r for r in s.throttle if r in THROTTLING]
+    return {"t": ts, "gpus": gpus}
+
+
+def _ecc_delta(before: dict | None, after: dict | None) -> dict:
     """Rise in ECC errors between two readings: volatile counts, else aggregate."""
-    if not before or not after:
-        return None
     out = {}
     for kind in ("corrected", "uncorrected"):
+        out[kind] = None
         for counter in ("volatile", "aggregate"):
-            a, b = before[kind].get(counter), after[kind].get(counter)
+            a = (before or {}).get(kind, {}).get(counter)
+            b = (after or {}).get(kind, {}).get(counter)
             if a is not None and b is not None:
                 out[kind] = b - a
                 break
-        else:
-            out[kind] = None
     return out
+
+
+def _mean(values) -> float | None:
+    v = [x for x in values if x is not None]
+    return sum(v) / len(v) if v else None
+
+
+def _gpu_summary(index: int, rows: list[GpuSample], ecc: dict) -> dict:
+    def values(name):
+        return [v for v in (getattr(s, name) for s in rows) if v is not None]
+
+    def mean(name):
+        return _mean(values(name))
+
+    n = len(rows)
+    seen: dict[str, int] = {}
+    for s in rows:
+        for reason in s.throttle:
+            seen[reason] = seen.get(reason, 0) + 1
+    return {
+        "index": index,
+        "samples": n,
+        "peak_memory_used_mib": max(values("memory_used_mib"), default=None),
+        "max_temperature_c": max(values("temperature_c"), default=None),
+        "max_power_w": max(values("power_w"), default=None),
+        "mean_utilization_gpu": mean("utilization_gpu"),
+        "mean_utilization_memory": mean("utilization_memory"),
+        "min_sm_clock_mhz": min(values("sm_clock_mhz"), default=None),
+        "throttle_reasons": {r: c / n for r, c in sorted(seen.items())},  # reason -> share of samples
+        "throttled_share": sum(1 for s in rows if THROTTLING & set(s.throttle)) / n if n else None,
+        "ecc_corrected_delta": ecc["corrected"],
+        "ecc_uncorrected_delta": ecc["uncorrected"],
+    }
 
 
 def summary(samples: list[GpuSample], ecc_before: dict | None = None,
-            ecc_after: dict | None = None) -> list[dict]:
-    """Per GPU (sorted by index): peak memory, max temperature and power, mean utilization,
-    the share of samples each clock event reason was seen in, and the ECC error rise (from
-    the before/after readings when given, else from the first and last sample)."""
+            ecc_after: dict | None = None) -> dict:
+    """One level's GPU figures: per GPU under "gpus", and across them at the top (the worst
+    GPU for peaks and shares, the sum of ECC rises) for the validity flags. ECC rises come
+    from the before/after readings when given, else from the first and last sample."""
     by_gpu: dict[int, list[GpuSample]] = {}
     for s in samples:
         by_gpu.setdefault(s.index, []).append(s)
-    out = []
+    gpus = []
     for index in sorted(set(by_gpu) | set(ecc_before or {})):
         rows = by_gpu.get(index, [])
-
-        def values(name):
-            return [v for v in (getattr(s, name) for s in rows) if v is not None]
-
-        def peak(name):
-            v = values(name)
-            return max(v) if v else None
-
-        def mean(name):
-            v = values(name)
-            return sum(v) / len(v) if v else None
-
-        seen: dict[str, int] = {}
-        for s in rows:
-            for reason in s.throttle:
-                seen[reason] = seen.get(reason, 0) + 1
-        n = len(rows)
         if ecc_before and ecc_after and index in ecc_before and index in ecc_after:
             ecc = _ecc_delta(ecc_before[index], ecc_after[index])
-        elif n >= 2:
-            first, last = rows[0], rows[-1]
-            ecc = {k: (None if getattr(first, f"ecc_{k}") is None or getattr(last, f"ecc_{k}") is None
-                       else getattr(last, f"ecc_{k}") - getattr(first, f"ecc_{k}"))
-                   for k in ("corrected", "uncorrected")}
+        elif len(rows) >= 2:
+            ecc = _ecc_delta(*({"corrected": {"volatile": r.ecc_corrected},
+                                "uncorrected": {"volatile": r.ecc_uncorrected}} for r in (rows[0], rows[-1])))
         else:
-            ecc = None
-        out.append({
-            "index": index,
-            "samples": n,
-            "peak_memory_used_mib": peak("memory_used_mib"),
-            "max_temperature_c": peak("temperature_c"),
-            "max_power_w": peak("power_w"),
-            "mean_util_gpu": mean("util_gpu"),
-            "mean_util_memory": mean("util_memory"),
-            "min_sm_clock_mhz": min(values("sm_clock_mhz"), default=None),
-            "throttle_share": {r: c / n for r, c in sorted(seen.items())},
-            "throttled_share": (sum(1 for s in rows if THROTTLING & set(s.throttle)) / n) if n else None,
-            "ecc_delta": ecc,
-        })
-    return out
+            ecc = {"corrected": None, "uncorrected": None}
+        gpus.append(_gpu_summary(index, rows, ecc))
+
+    def worst(key, pick=max):
+        v = [g[key] for g in gpus if g[key] is not None]
+        return pick(v) if v else None
+
+    def total(key):
+        v = [g[key] for g in gpus if g[key] is not None]
+        return sum(v) if v else None
+
+    reasons: dict[str, float] = {}
+    for g in gpus:
+        for r, share in g["throttle_reasons"].items():
+            reasons[r] = max(reasons.get(r, 0.0), share)
+    return {
+        "samples": sum(g["samples"] for g in gpus),
+        "peak_memory_used_mib": worst("peak_memory_used_mib"),
+        "max_temperature_c": worst("max_temperature_c"),
+        "max_power_w": worst("max_power_w"),
+        "mean_utilization_gpu": _mean([g["mean_utilization_gpu"] for g in gpus]),
+        "min_sm_clock_mhz": worst("min_sm_clock_mhz", min),
+        "throttle_reasons": dict(sorted(reasons.items())),
+        "throttled_share": worst("throttled_share"),
+        "ecc_corrected_delta": total("ecc_corrected_delta"),
+        "ecc_uncorrected_delta": total("ecc_uncorrected_delta"),
+        "gpus": gpus,
+    }

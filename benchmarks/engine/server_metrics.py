@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 # Our key -> the server's sample names, the first present wins (newer name first).
 FIGURES = {
-    "requests_running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
-    "requests_waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
+    "running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
+    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
     # 0..1. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (both exported for a while).
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
                        "llamacpp:kv_cache_usage_ratio"),
@@ -104,13 +104,54 @@ class MetricsSample:
 def server_was_idle(first_sample) -> bool | None:
     """True when nothing was running or waiting at the first sample; None when unknown.
     Takes a MetricsSample or its `values` dict."""
-    values = getattr(first_sample, "values", first_sample)
+    values = first_sample.values if isinstance(first_sample, MetricsSample) else first_sample
     if not values:
         return None
-    running, waiting = values.get("requests_running"), values.get("requests_waiting")
+    running, waiting = values.get("running"), values.get("waiting")
     if running is None or waiting is None:
         return None
     return running == 0 and waiting == 0
+
+
+SERIES_FIELDS = ("running", "waiting", "kv_cache_usage", "prompt_tokens_total", "generation_tokens_total")
+_COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "prompt_seconds_total",
+             "generation_seconds_total")
+
+
+def series(samples: list[MetricsSample]) -> dict:
+    """Scraped samples as columns for storage and charts: {"t": [...], field: [...]}."""
+    ok = [s for s in samples if s.error is None]
+    out: dict = {"t": [s.t for s in ok]}
+    for f in SERIES_FIELDS:
+        if any(f in s.values for s in ok):
+            out[f] = [s.values.get(f) for s in ok]
+    return out
+
+
+def summary(samples: list[MetricsSample], status: str = "") -> dict:
+    """One level from the server's side: was it idle at the start, how full did it get, and
+    what its counters and histograms add up to over the sampled span (last - first; the
+    histogram means are the server's own TTFT/ITL for that span)."""
+    ok = [s for s in samples if s.error is None]
+    out: dict = {"status": status, "samples": len(ok), "errors": len(samples) - len(ok),
+                 "idle_at_start": server_was_idle(ok[0]) if ok else None}
+    if not ok:
+        return out
+    for f in ("running", "waiting", "kv_cache_usage"):
+        v = [s.values[f] for s in ok if s.values.get(f) is not None]
+        if v:
+            out["max_" + f] = max(v)
+    first, last = ok[0].values, ok[-1].values
+    out["span_s"] = ok[-1].t - ok[0].t
+    for c in _COUNTERS:
+        if c in first and c in last:
+            out[c.removesuffix("_total") + "_delta"] = last[c] - first[c]
+    for h in HISTOGRAMS:
+        n0, n1 = first.get(h + "_count"), last.get(h + "_count")
+        if n0 is not None and n1 is not None and n1 > n0:
+            out[h.removesuffix("_seconds") + "_mean_s"] = (last[h + "_sum"] - first[h + "_sum"]) / (n1 - n0)
+    out["dialect"] = last.get("dialect")
+    return out
 
 
 def _reason(response: httpx.Response) -> str:

@@ -1,0 +1,76 @@
+"""Every figure's data: what is drawn, the table beside it, and the payload bounds."""
+import json
+
+import pytest
+
+from benchmarks import charts
+
+
+def test_throughput_draws_aggregate_and_per_stream_per_series():
+    fig = charts.throughput_figure([
+        {"label": "llama", "kind": "measured", "levels": [{"concurrency": 1, "aggregate_tok_s": 56, "decode_tok_s": 56},
+                                                          {"concurrency": 8, "aggregate_tok_s": 235, "decode_tok_s": 29.4}]},
+        {"label": "V100 write-up", "kind": "published", "levels": [{"concurrency": 8, "aggregate_tok_s": 150, "decode_tok_s": 18.7}]},
+    ])
+    names = [t["name"] for t in fig["data"]]
+    assert names == ["llama — aggregate", "llama — per stream", "V100 write-up (published) — aggregate",
+                     "V100 write-up (published) — per stream"]
+    assert fig["data"][0]["x"] == [1, 8] and fig["data"][0]["y"] == [56, 235]
+    assert fig["data"][1]["yaxis"] == "y2"
+    assert fig["table"]["rows"][1] == ["llama", "measured", 8, 235, 29.4]
+
+
+def test_distribution_marks_exact_percentiles_even_when_values_are_sampled():
+    values = list(range(10000))
+    stats = {"count": 10000, "p50": 4999.5, "p90": 8999.1, "p99": 9899.01, "mean": 4999.5, "min": 0, "max": 9999}
+    fig = charts.distribution_figure("TTFT", "ms", [{"name": "c=8", "values": values, "stats": stats}])
+    box, marks = fig["data"]
+    assert len(box["y"]) == charts.MAX_POINTS
+    assert marks["text"] == ["p50", "p90", "p99"] and marks["y"] == [4999.5, 8999.1, 9899.01]
+    assert fig["table"]["rows"][0][:3] == ["c=8", 10000, 4999.5]
+
+
+def test_timeline_splits_waiting_prefill_and_decode_with_server_timings():
+    reqs = [{"index": 0, "sent": 0.0, "ttft": 0.5, "e2e": 1.5, "prompt_ms": 400.0},
+            {"index": 1, "sent": 0.1, "ttft": 0.9, "e2e": 2.0, "prompt_ms": 300.0}]
+    fig = charts.timeline_figure("t", reqs)
+    waiting, prefill, decode = fig["data"]
+    assert [t["name"] for t in fig["data"]] == ["waiting", "prefill", "decode"]
+    assert waiting["x"] == [pytest.approx(0.1), pytest.approx(0.6)]  # request 1 waited behind request 0
+    assert prefill["base"] == [pytest.approx(0.1), pytest.approx(0.7)]
+    assert decode["base"] == [pytest.approx(0.5), pytest.approx(1.0)] and decode["x"] == [1.0, 1.1]
+
+
+def test_timeline_without_server_timings_draws_one_segment_before_the_first_token():
+    fig = charts.timeline_figure("t", [{"index": 0, "sent": 0.0, "ttft": 0.2, "e2e": 1.0, "prompt_ms": None}])
+    assert [t["name"] for t in fig["data"]] == ["waiting + prefill", "decode"]
+
+
+def test_timeline_is_downsampled_and_says_so():
+    reqs = [{"index": i, "sent": i * 0.01, "ttft": 0.1, "e2e": 0.5} for i in range(10000)]
+    fig = charts.timeline_figure("t", reqs)
+    assert len(fig["data"][-1]["y"]) == charts.MAX_BARS
+    assert "1500 of 10000 requests drawn" in fig["layout"]["title"]["text"]
+    assert len(json.dumps(fig)) < 1_000_000
+
+
+def test_gpu_figure_has_level_boundaries_and_one_panel_per_metric():
+    series = {"t": [0.0, 0.2, 0.4], "gpus": {"0": {"memory_used_mib": [1024, 2048, 2048], "utilization_gpu": [0, 90, 95],
+                                                   "temperature_c": [40, 50, 55], "power_w": [60, 250, 260]}}}
+    fig = charts.gpu_figure([{"label": "c=1", "offset_s": 0.0, "series": series},
+                             {"label": "c=8", "offset_s": 5.0, "series": series}])
+    mem = fig["data"][0]
+    assert mem["x"] == [0.0, 0.2, 0.4, 5.0, 5.2, 5.4] and mem["y"][1] == 2.0  # GiB
+    assert len(fig["data"]) == 4 and [s["x0"] for s in fig["layout"]["shapes"]] == [0.0, 5.0]
+    assert fig["table"]["rows"][0] == ["0", 0.0, "c=1", 1024, 0, 40, 60]
+
+
+def test_server_figure_skips_metrics_the_server_does_not_report():
+    fig = charts.server_figure([{"label": "c=1", "offset_s": 0, "series": {"t": [0, 1], "running": [0, 3], "waiting": [0, 1]}}])
+    assert [t["name"] for t in fig["data"]] == ["running requests", "waiting requests"]
+
+
+def test_csv_has_the_table():
+    fig = charts.throughput_figure([{"label": "a", "levels": [{"concurrency": 1, "aggregate_tok_s": 10.0, "decode_tok_s": 10.0}]}])
+    assert charts.to_csv(fig).splitlines() == [
+        "series,kind,concurrent requests,aggregate output tok/s,decode tok/s per stream (p50)", "a,measured,1,10.0,10.0"]

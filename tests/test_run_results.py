@@ -1,0 +1,88 @@
+"""The run page's charts, downloads and permalinks."""
+import csv
+import io
+import json
+
+import pytest
+from django.urls import reverse
+
+from factories import endpoint, measured_run, user
+
+pytestmark = pytest.mark.django_db
+
+GPU = {"summary": {"peak_memory_mib": 6000, "max_temperature_c": 60},
+       "series": {"t": [0.0, 0.2], "gpus": {"0": {"memory_used_mib": [5000, 6000], "utilization_gpu": [80, 99],
+                                                    "temperature_c": [50, 60], "power_w": [200, 300]}}}}
+SERVER = {"summary": {}, "idle_at_start": True, "series": {"t": [0.0, 0.5], "running": [0, 8], "waiting": [0, 2]}}
+
+
+def chart(client, run, name, fmt="json", **params):
+    url = reverse("run-chart", args=[run.public_id, name, fmt])
+    return client.get(url, params)
+
+
+def test_every_chart_answers_json_and_csv_logged_out(client):
+    run = measured_run([endpoint(name="llama", backend="llamacpp")], gpu=GPU, server=SERVER)
+    for name in ("throughput", "ttft", "tpot", "e2e", "timeline", "gpu", "server"):
+        r = chart(client, run, name)
+        assert r.status_code == 200, name
+        fig = r.json()
+        assert fig["data"] and fig["table"]["rows"], name
+        rows = list(csv.reader(io.StringIO(chart(client, run, name, "csv").content.decode())))
+        assert rows[0] == fig["table"]["columns"] and len(rows) == len(fig["table"]["rows"]) + 1
+
+
+def test_distribution_chart_values_come_from_the_stored_requests(client):
+    run = measured_run([endpoint()], levels=(1,), requests=10)
+    fig = chart(client, run, "ttft").json()
+    level = run.levels.get()
+    assert len(fig["data"][0]["y"]) == 10
+    assert fig["data"][1]["y"][0] == pytest.approx(level.summary["ttft_ms"]["p50"], abs=1e-3)
+
+
+def test_the_timeline_level_is_chosen_by_parameter(client):
+    run = measured_run([endpoint()], levels=(1, 8))
+    level8 = run.levels.get(concurrency=8)
+    assert "8 concurrent" in chart(client, run, "timeline", level=level8.id).json()["layout"]["title"]["text"]
+
+
+def test_an_unknown_chart_is_404(client):
+    run = measured_run([endpoint()], levels=(1,), requests=2)
+    assert chart(client, run, "pie").status_code == 404
+
+
+def test_the_run_page_offers_charts_downloads_and_a_copy_link(client):
+    run = measured_run([endpoint()], gpu=GPU)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "plotly/plotly.min.js" in page and "cdn" not in page.lower()
+    assert 'data-copy="permalink"' in page and run.public_id in page
+    assert reverse("run-export", args=[run.public_id]) in page and 'id="chart-gpu"' in page
+    assert 'id="chart-server"' not in page  # nothing scraped, no empty chart
+
+
+def test_the_export_has_config_levels_requests_and_no_secrets(client):
+    e = endpoint(api_key="sk-secret-xyz")
+    run = measured_run([e], levels=(1,), requests=3)
+    r = client.get(reverse("run-export", args=[run.public_id]))
+    assert "attachment" in r["Content-Disposition"]
+    text = r.content.decode()
+    assert "sk-secret-xyz" not in text
+    data = json.loads(text)
+    assert data["format"] == "v100site-run" and data["workload"]["prompt_tokens"] == 512
+    assert len(data["levels"][0]["requests"]) == 3 and len(data["levels"][0]["requests"][0]["chunk_times"]) == 20
+
+
+def test_the_requests_csv_has_one_row_per_request_with_the_metric_values(client):
+    run = measured_run([endpoint()], levels=(1, 8), requests=5)
+    rows = list(csv.DictReader(io.StringIO(client.get(reverse("run-requests-csv", args=[run.public_id])).content.decode())))
+    assert len(rows) == 10
+    assert float(rows[0]["ttft_ms"]) == pytest.approx(float(rows[0]["first_content"]) * 1000, rel=1e-3)
+
+
+def test_permalinks_can_require_login(client, settings):
+    run = measured_run([endpoint()], levels=(1,), requests=2)
+    settings.PERMALINKS_REQUIRE_LOGIN = True
+    assert client.get(run.get_absolute_url()).status_code == 302
+    assert chart(client, run, "throughput").status_code == 302
+    client.force_login(user())
+    assert client.get(run.get_absolute_url()).status_code == 200
