@@ -43,7 +43,7 @@ def differences(series: list[dict]) -> list[str]:
             warnings.append(f"Different {name} — {detail}. These numbers are not directly comparable.")
         elif known and None in values:
             missing = ", ".join(s["label"] for s in series if s["fingerprint"].get(key) is None)
-            warnings.append(f"{name.capitalize()} unknown for {missing}; the others used {known.pop()}.")
+            warnings.append(f"{name[0].upper() + name[1:]} unknown for {missing}; the others used {known.pop()}.")
     return warnings
 
 

@@ -2,7 +2,7 @@ from django import forms
 from django.conf import settings
 
 from benchmarks import selectors
-from benchmarks.models import Endpoint, Run
+from benchmarks.models import Endpoint, ImportedReport, Run, Variant
 
 
 class EndpointChoiceField(forms.ModelMultipleChoiceField):
@@ -115,3 +115,41 @@ def _max(limit: int):
         if value is not None and value > limit:
             raise forms.ValidationError(f"Ensure this value is at most {limit}.")
     return check
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(help_text="A `vllm bench serve --save-result` JSON, a GuideLLM JSON report, "
+                                     "or `llama-bench -o json` output.")
+    title = forms.CharField(max_length=300, required=False, help_text="Blank: taken from the file.")
+    backend = forms.ChoiceField(required=False, choices=[("", "unknown / as the file says"), ("vllm", "vLLM"),
+                                                         ("llamacpp", "llama.cpp")],
+                                help_text="The server these numbers came from (the client tools do not say).")
+    quantization = forms.ChoiceField(required=False, choices=[("", "unknown")] + Variant.QUANTIZATIONS)
+    gpu = forms.CharField(max_length=200, required=False, label="GPU", help_text="e.g. Tesla V100-PCIE-16GB")
+
+    def clean_file(self):
+        from benchmarks.importers import MAX_BYTES
+
+        f = self.cleaned_data["file"]
+        if f.size > MAX_BYTES:
+            raise forms.ValidationError(f"The file is {f.size / 1e6:.1f} MB; the limit is {MAX_BYTES / 1e6:.0f} MB.")
+        return f
+
+
+class ComparisonForm(forms.Form):
+    title = forms.CharField(max_length=200, required=False)
+    runs = forms.ModelMultipleChoiceField(queryset=Run.objects.none(), required=False,
+                                          widget=forms.CheckboxSelectMultiple)
+    reports = forms.ModelMultipleChoiceField(queryset=ImportedReport.objects.none(), required=False,
+                                             widget=forms.CheckboxSelectMultiple, label="Imported and published reports")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["runs"].queryset = Run.objects.exclude(status__in=[Run.QUEUED, Run.RUNNING]).order_by("-created")
+        self.fields["reports"].queryset = ImportedReport.objects.all()
+
+    def clean(self):
+        data = super().clean()
+        if len(data.get("runs") or []) + len(data.get("reports") or []) < 1:
+            raise forms.ValidationError("Pick at least one run or report.")
+        return data

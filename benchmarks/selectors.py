@@ -201,3 +201,41 @@ def run_requests_csv(run: Run) -> str:
 
 def run_has_telemetry(run: Run, field: str) -> bool:
     return run.levels.exclude(**{field: {}}).exists()
+
+
+def report_list():
+    from benchmarks.models import ImportedReport
+
+    return ImportedReport.objects.select_related("uploaded_by").defer("report")[:200]
+
+
+def report_by_public_id(public_id: str):
+    from django.http import Http404
+
+    from benchmarks.models import ImportedReport
+
+    try:
+        return ImportedReport.objects.get(public_id=public_id)
+    except ImportedReport.DoesNotExist:
+        raise Http404("No report has this link.")
+
+
+def comparison_by_public_id(public_id: str):
+    from django.http import Http404
+
+    from benchmarks.models import Comparison
+
+    try:
+        return Comparison.objects.get(public_id=public_id)
+    except Comparison.DoesNotExist:
+        raise Http404("No comparison has this link.")
+
+
+def comparison_series(comparison) -> list[dict]:
+    """Measured series first (each run's endpoints), then imported and published reports."""
+    series = []
+    for run in comparison.runs.order_by("created"):
+        series += run_series(run)
+    for report in comparison.reports.order_by("created"):
+        series.append(report_series(report))
+    return series

@@ -190,3 +190,49 @@ def _finish(run: Run, status: str, error: str = "") -> None:
     close_old_connections()
     Run.objects.filter(id=run.id, status=Run.RUNNING).update(
         status=status, finished=timezone.now(), error=error[:5000], progress_note="")
+
+
+# ---------------------------------------------------------------- imported reports
+QUANTIZATION_GUESS = {"fp8": "fp8_e4m3", "q4_k_m": "gguf_q4_k_m", "q4_k": "gguf_q4_k_m", "awq": "awq"}
+
+
+def report_import(*, owner, data: bytes, filename: str, title: str = "", backend: str = "",
+                  quantization: str = "", gpu: str = ""):
+    """Parse an uploaded result file (vllm bench serve, GuideLLM, llama-bench) and store it as an
+    imported report. Raises importers.ReportFormatError with what is wrong."""
+    from benchmarks.importers import parse_report
+    from benchmarks.models import ImportedReport
+
+    report = parse_report(data, filename)
+    return ImportedReport.objects.create(
+        kind=report.kind, title=title or report.title, filename=filename[:300],
+        gpu=gpu or report.gpu or "", backend=backend or report.backend or "",
+        quantization=quantization, report=report.to_dict(), uploaded_by=owner)
+
+
+def published_reports_load(model=None) -> int:
+    """The V100 write-up's figures as published reports (idempotent): always labelled
+    "published, not measured here". `model` lets the data migration pass its historical model."""
+    from benchmarks.importers import v100_writeup_reports
+    from benchmarks.models import ImportedReport
+
+    model = model or ImportedReport
+    created = 0
+    for report in v100_writeup_reports():
+        text = str((report.raw_meta or {}).get("quantization", "")).lower()
+        quant = next((q for key, q in QUANTIZATION_GUESS.items() if key in text), "")
+        _, was_created = model.objects.update_or_create(
+            kind="published", title=report.title,
+            defaults={"gpu": report.gpu or "", "backend": report.backend or "", "quantization": quant,
+                      "report": report.to_dict(), "filename": "seed-v100-writeup.md"})
+        created += was_created
+    return created
+
+
+def comparison_create(*, owner, runs, reports, title: str = ""):
+    from benchmarks.models import Comparison
+
+    comparison = Comparison.objects.create(owner=owner, title=title)
+    comparison.runs.set(runs)
+    comparison.reports.set(reports)
+    return comparison

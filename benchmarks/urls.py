@@ -11,4 +11,10 @@ urlpatterns = [
     path("r/<str:public_id>/charts/<str:name>.<str:fmt>", views.run_chart, name="run-chart"),
     path("r/<str:public_id>/export.json", views.run_export, name="run-export"),
     path("r/<str:public_id>/requests.csv", views.run_requests_csv, name="run-requests-csv"),
+    path("imports/", views.import_new, name="import-new"),
+    path("i/<str:public_id>/", views.import_detail, name="import-detail"),
+    path("i/<str:public_id>/throughput.<str:fmt>", views.import_chart, name="import-chart"),
+    path("compare/", views.comparison_new, name="comparison-new"),
+    path("c/<str:public_id>/", views.comparison_detail, name="comparison-detail"),
+    path("c/<str:public_id>/throughput.<str:fmt>", views.comparison_chart, name="comparison-chart"),
 ]

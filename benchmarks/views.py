@@ -7,7 +7,7 @@ from django.views.decorators.http import require_POST
 from benchmarks import selectors, services
 from benchmarks.decorators import permalink
 from benchmarks.engine.metrics import METRIC_DEFINITIONS
-from benchmarks.forms import RunForm
+from benchmarks.forms import ComparisonForm, ImportForm, RunForm
 from benchmarks.models import Run
 
 
@@ -151,3 +151,75 @@ def run_export(request, public_id: str):
 def run_requests_csv(request, public_id: str):
     run = _run_or_404(public_id)
     return _csv_response(selectors.run_requests_csv(run), f"run-{run.public_id}-requests.csv")
+
+
+# ---------------------------------------------------------------- imported reports
+@login_required
+def import_new(request):
+    from benchmarks.importers import ReportFormatError
+
+    form = ImportForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        f = form.cleaned_data["file"]
+        try:
+            report = services.report_import(owner=request.user, data=f.read(), filename=f.name,
+                                            title=form.cleaned_data["title"], backend=form.cleaned_data["backend"],
+                                            quantization=form.cleaned_data["quantization"], gpu=form.cleaned_data["gpu"])
+        except ReportFormatError as exc:
+            form.add_error("file", f"Could not import {f.name}: {exc}")
+        else:
+            messages.success(request, "Imported. These numbers are labelled as imported, not measured here.")
+            return redirect(report)
+    return render(request, "benchmarks/import_new.html", {"form": form, "reports": selectors.report_list()})
+
+
+@permalink
+def import_detail(request, public_id: str):
+    report = selectors.report_by_public_id(public_id)
+    return render(request, "benchmarks/import_detail.html", {
+        "report": report, "series": selectors.report_series(report), "data": report.report})
+
+
+# ---------------------------------------------------------------- comparisons
+@login_required
+def comparison_new(request):
+    initial = {"runs": [r for r in request.GET.getlist("runs") if r.isdigit()],
+               "reports": [r for r in request.GET.getlist("reports") if r.isdigit()]}
+    form = ComparisonForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        comparison = services.comparison_create(owner=request.user, **form.cleaned_data)
+        return redirect(comparison)
+    return render(request, "benchmarks/comparison_new.html", {"form": form})
+
+
+@permalink
+def comparison_detail(request, public_id: str):
+    from benchmarks.compare import differences, ratio_sentences
+
+    comparison = selectors.comparison_by_public_id(public_id)
+    series = selectors.comparison_series(comparison)
+    return render(request, "benchmarks/comparison_detail.html", {
+        "comparison": comparison, "series": series, "warnings": differences(series),
+        "ratios": ratio_sentences(series)})
+
+
+@permalink
+def comparison_chart(request, public_id: str, fmt: str):
+    from benchmarks.charts import throughput_figure, to_csv
+
+    comparison = selectors.comparison_by_public_id(public_id)
+    fig = throughput_figure(selectors.comparison_series(comparison))
+    if fmt == "csv":
+        return _csv_response(to_csv(fig), f"comparison-{comparison.public_id}.csv")
+    return JsonResponse(fig)
+
+
+@permalink
+def import_chart(request, public_id: str, fmt: str):
+    from benchmarks.charts import throughput_figure, to_csv
+
+    report = selectors.report_by_public_id(public_id)
+    fig = throughput_figure([selectors.report_series(report)])
+    if fmt == "csv":
+        return _csv_response(to_csv(fig), f"report-{report.public_id}.csv")
+    return JsonResponse(fig)

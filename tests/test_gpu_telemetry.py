@@ -201,7 +201,7 @@ def test_a_v100_pcie_host():
     g = host.gpus[0]
     assert (g.index, g.name, g.memory_total_mib, g.compute_capability) == (0, "Tesla V100-PCIE-16GB", 16384, "7.0")
     assert (g.pcie_generation, g.pcie_generation_max, g.pcie_width, g.pcie_width_max) == (3, 3, 16, 16)
-    assert g.nvlink == "not supported"
+    assert g.nvlink == g.nvlink_text == "not supported" and host.interconnect == "pcie"
     assert g.ecc_mode == "enabled"
     assert g.ecc_corrected == {"volatile": 0, "aggregate": 3}
     assert g.ecc_uncorrected == {"volatile": 0, "aggregate": 0}
@@ -214,6 +214,7 @@ def test_a_v100_pcie_host():
 def test_nvlink_links_are_listed_on_an_sxm2_card():
     host = probe(nvml=FakeNVML([FakeGpu(name="Tesla V100-SXM2-16GB", nvlinks=[True] * 5 + [False])]))
     assert host.gpus[0].nvlink == ["active"] * 5 + ["inactive"]
+    assert host.gpus[0].nvlink_text == "5 of 6 links active" and host.interconnect == "nvlink"
 
 
 def test_not_supported_fields_give_none_not_a_failed_probe():
@@ -261,7 +262,7 @@ def test_the_real_no_driver_path_on_this_machine():
     sampler = GpuSampler([0], interval_s=0.01)
     sampler.start()
     assert sampler.status == host.status
-    assert sampler.stop() == [] and sampler.summary() == []
+    assert sampler.stop() == [] and sampler.summary()["gpus"] == [] and sampler.series() == {"t": [], "gpus": {}}
 
 
 # ------------------------------------------------------------------------------ throttle
@@ -286,7 +287,7 @@ def test_one_sample_reads_every_figure():
     s = gpu.read_sample(nv, 0, 0, t=12.5)
     assert (s.t, s.index, s.memory_used_mib) == (12.5, 0, 15200.0)
     assert s.process_memory_mib == {7: None, 8: 512.0}  # None: no permission to see it
-    assert (s.util_gpu, s.util_memory, s.temperature_c, s.sm_clock_mhz) == (97, 61, 71, 1380)
+    assert (s.utilization_gpu, s.utilization_memory, s.temperature_c, s.sm_clock_mhz) == (97, 61, 71, 1380)
     assert s.power_w == pytest.approx(243.512) and s.throttle == ["sw_power_cap"]
     assert (s.ecc_corrected, s.ecc_uncorrected) == (0, 0)
     json.dumps(s.to_dict())
@@ -359,31 +360,55 @@ def test_ecc_errors_that_rise_during_a_run_are_counted():
     samples = sampler.stop()
     assert sampler.ecc_before[0]["corrected"] == {"volatile": 0, "aggregate": 3}
     assert sampler.ecc_after[0]["corrected"] == {"volatile": 2, "aggregate": 5}
-    [s] = sampler.summary()
-    assert s["ecc_delta"] == {"corrected": 2, "uncorrected": 0}
+    s = sampler.summary()
+    assert (s["ecc_corrected_delta"], s["ecc_uncorrected_delta"]) == (2, 0)
     assert samples[0].ecc_corrected == 0 and samples[-1].ecc_corrected == 2
     # From the samples alone (no before/after readings) the same rise shows.
-    assert summary(samples)[0]["ecc_delta"] == {"corrected": 2, "uncorrected": 0}
+    assert summary(samples)["gpus"][0]["ecc_corrected_delta"] == 2
 
 
-def test_summary_per_gpu():
-    def s(t, index, mem, temp, power, util, throttle):
+def test_summary_per_gpu_and_across_gpus():
+    def s(t, index, mem, temp, power, util, throttle, ecc=0):
         return gpu.GpuSample(t=t, index=index, memory_used_mib=mem, temperature_c=temp, power_w=power,
-                             util_gpu=util, util_memory=util // 2, sm_clock_mhz=1380 - temp,
-                             throttle=throttle, ecc_corrected=0, ecc_uncorrected=0)
+                             utilization_gpu=util, utilization_memory=util // 2, sm_clock_mhz=1380 - temp,
+                             throttle=throttle, ecc_corrected=ecc, ecc_uncorrected=0)
     samples = [s(0.0, 0, 15000, 60, 200.0, 90, ["sw_power_cap"]),
+               s(0.0, 1, 500, 40, 50.0, 10, ["idle"]),
                s(0.2, 0, 15200, 70, 250.0, 100, ["sw_power_cap", "sw_thermal"]),
                s(0.4, 0, 15100, 65, 240.0, 80, []),
-               s(0.6, 0, 15100, 66, None, 90, ["idle"]),
-               s(0.0, 1, 500, 40, 50.0, 0, ["idle"])]
-    by = {row["index"]: row for row in summary(samples)}
-    g0 = by[0]
+               s(0.6, 0, 15100, 66, None, 90, ["idle"], ecc=1)]
+    out = summary(samples)
+    g0, g1 = out["gpus"]
     assert g0["samples"] == 4 and g0["peak_memory_used_mib"] == 15200
     assert g0["max_temperature_c"] == 70 and g0["max_power_w"] == 250.0
-    assert g0["mean_util_gpu"] == 90 and g0["min_sm_clock_mhz"] == 1310
-    assert g0["throttle_share"] == {"idle": 0.25, "sw_power_cap": 0.5, "sw_thermal": 0.25}
+    assert g0["mean_utilization_gpu"] == 90 and g0["min_sm_clock_mhz"] == 1310
+    assert g0["throttle_reasons"] == {"idle": 0.25, "sw_power_cap": 0.5, "sw_thermal": 0.25}
     assert g0["throttled_share"] == 0.5  # idle is not throttling
-    assert g0["ecc_delta"] == {"corrected": 0, "uncorrected": 0}
-    assert by[1]["throttled_share"] == 0 and by[1]["ecc_delta"] is None  # one sample: no delta
-    json.dumps(summary(samples))
-    assert summary([]) == []
+    assert g0["ecc_corrected_delta"] == 1
+    assert g1["throttled_share"] == 0 and g1["ecc_corrected_delta"] is None  # one sample: no delta
+    # Across GPUs: the worst GPU, what validity.level_flags reads.
+    assert out["max_temperature_c"] == 70 and out["peak_memory_used_mib"] == 15200
+    assert out["throttle_reasons"] == {"idle": 1.0, "sw_power_cap": 0.5, "sw_thermal": 0.25}
+    assert out["ecc_corrected_delta"] == 1 and out["mean_utilization_gpu"] == 50 and out["samples"] == 5
+    json.dumps(out)
+    assert summary([])["gpus"] == []
+
+
+def test_the_summary_feeds_the_validity_flags():
+    from benchmarks.engine.validity import level_flags
+    samples = [gpu.GpuSample(t=0.1 * k, index=0, temperature_c=80 + k, throttle=["sw_thermal"] if k else [],
+                             ecc_corrected=0, ecc_uncorrected=0) for k in range(8)]
+    codes = {f.code for f in level_flags({}, gpu=summary(samples))}
+    assert codes == {"throttled", "hot"}
+
+
+def test_series_are_columns_on_the_shared_clock():
+    nv = FakeNVML([FakeGpu(), FakeGpu(temperature=50, throttle=0x001)])
+    samples = [gpu.read_sample(nv, i, i, t) for t in (1.0, 1.2) for i in (0, 1)]
+    out = gpu.series(samples)
+    assert out["t"] == [1.0, 1.2] and set(out["gpus"]) == {"0", "1"}
+    assert out["gpus"]["1"]["temperature_c"] == [50, 50]
+    assert out["gpus"]["0"]["memory_used_mib"] == [15200.0, 15200.0]
+    assert out["gpus"]["0"]["throttle"] == [["sw_power_cap"], ["sw_power_cap"]]
+    assert out["gpus"]["1"]["throttle"] == [[], []]  # idle is not drawn
+    json.dumps(out)

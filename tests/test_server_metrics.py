@@ -268,6 +268,22 @@ def test_scraping_a_large_page_stays_cheap():
     assert ours < full / 3, (ours, full)
 
 
+def test_summary_of_a_span_uses_counter_and_histogram_deltas():
+    from benchmarks.engine.server_metrics import MetricsSample, summary
+    first = MetricsSample(10.0, 0.001, scrape(VLLM_V1.replace("} 3.0", "} 0.0").replace("} 1.0\n", "} 0.0\n", 1)))
+    later = scrape(VLLM_V1.replace("} 5.312", "} 7.312").replace(
+        'vllm:time_to_first_token_seconds_count{engine="0",model_name="DeepSeek-R1-Distill-Qwen-7B"} 100.0',
+        'vllm:time_to_first_token_seconds_count{engine="0",model_name="DeepSeek-R1-Distill-Qwen-7B"} 120.0'
+    ).replace("} 25600.0", "} 27600.0"))
+    out = summary([first, MetricsSample(10.5, 0.001, error="ReadTimeout: "),
+                   MetricsSample(11.0, 0.001, later)], "ok")
+    assert out["idle_at_start"] is True and out["samples"] == 2 and out["errors"] == 1
+    assert out["span_s"] == 1.0 and out["generation_tokens_delta"] == 2000
+    assert out["ttft_mean_s"] == pytest.approx(0.1)  # (7.312 - 5.312) / 20 requests
+    assert "itl_mean_s" not in out  # no new observations in the span
+    assert out["max_running"] == 3 and out["dialect"] == "vllm"
+
+
 def test_server_was_idle_unknown_without_the_figures():
     assert server_was_idle(None) is None
     assert server_was_idle({"kv_cache_usage": 0.0}) is None
@@ -319,6 +335,10 @@ def test_sampler_follows_the_simulator_on_the_perf_counter_clock(simulator, dial
     assert last["prompt_tokens_total"] == 8 * (4 + (1 if dialect == "llamacpp" else 0))
     assert last["dialect"] == dialect
     assert ("kv_cache_usage" in last) == (dialect == "vllm")
+    summ, cols = sampler.summary(), sampler.series()
+    assert summ["idle_at_start"] is True and summ["max_running"] == 4 and summ["status"] == "ok"
+    assert summ["generation_tokens_delta"] == 160 and summ["samples"] == len(samples)
+    assert cols["t"] == ts and max(cols["running"]) == 4 and len(cols["waiting"]) == len(ts)
 
 
 class _Server:

@@ -10,6 +10,7 @@ which would stall the event loop that is timing requests; our few lines take wel
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -39,6 +40,8 @@ HISTOGRAMS = {
 }
 _WANTED = frozenset(n for names in FIGURES.values() for n in names) | frozenset(
     n + suffix for names in HISTOGRAMS.values() for n in names for suffix in ("_sum", "_count"))
+_PREFIXES = tuple({n.split(":", 1)[0] + ":" for n in _WANTED})
+_NAME = re.compile(r"[^{\s]+")
 # Status codes that mean "this server has no /metrics for us": 404 (no route), 501 (llama-server
 # started without --metrics answers 501 not_supported_error), 401/403 (behind an API key).
 _UNAVAILABLE = (401, 403, 404, 405, 501)
@@ -49,13 +52,10 @@ def _sample_lines(text: str) -> str:
     parser keeps each sample's name exactly as written (it renames counters otherwise)."""
     keep = []
     for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        end = 0
-        while end < len(line) and line[end] not in "{ \t":
-            end += 1
-        if line[:end] in _WANTED:
-            keep.append(line)
+        if line.startswith(_PREFIXES):
+            name = _NAME.match(line)
+            if name and name.group() in _WANTED:
+                keep.append(line)
     return "\n".join(keep) + "\n"
 
 
@@ -246,6 +246,12 @@ class MetricsSampler:
             await self.client.aclose()
             self.client = None
         return self.samples
+
+    def summary(self) -> dict:
+        return summary(self.samples, self.status)
+
+    def series(self) -> dict:
+        return series(self.samples)
 
 
 # ---------------------------------------------------------------------------------- identity

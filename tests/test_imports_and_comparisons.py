@@ -1,0 +1,93 @@
+"""Imported result files, the published V100 reference, and side-by-side comparisons."""
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from benchmarks.models import Comparison, ImportedReport
+from benchmarks.services import published_reports_load
+from factories import endpoint, measured_run, user
+
+pytestmark = pytest.mark.django_db
+DATA = Path(__file__).parent / "data" / "imports"
+
+
+def upload(client, name, **fields):
+    client.force_login(user())
+    f = SimpleUploadedFile(name, (DATA / name).read_bytes())
+    return client.post(reverse("import-new"), {"file": f, **fields})
+
+
+def test_importing_needs_login(client):
+    assert client.get(reverse("import-new")).status_code == 302
+
+
+def test_a_vllm_bench_serve_result_is_imported_and_labelled(client):
+    r = upload(client, "vllm_bench_serve_c8_detailed.json", backend="vllm", quantization="fp8_e4m3",
+               gpu="Tesla V100-PCIE-16GB")
+    report = ImportedReport.objects.exclude(kind="published").get()
+    assert r.status_code == 302 and r.url == report.get_absolute_url()
+    assert report.kind == "vllm-bench-serve" and report.backend == "vllm"
+    client.logout()
+    page = client.get(report.get_absolute_url()).content.decode()
+    assert "Imported from vllm bench serve, not measured here" in page
+
+
+@pytest.mark.parametrize("name", ["bad_console_output.txt", "bad_truncated_vllm.json", "bad_vllm_missing_ttft.json",
+                                  "bad_llama_no_avg_ts.json", "bad_guidellm_empty.json"])
+def test_a_bad_file_gets_a_clear_error_and_nothing_is_stored(client, name):
+    r = upload(client, name)
+    assert r.status_code == 200
+    page = r.content.decode()
+    assert f"Could not import {name}:" in page
+    assert not ImportedReport.objects.exclude(kind="published").exists()
+
+
+def test_the_published_v100_reference_ships_labelled():
+    ImportedReport.objects.all().delete()
+    assert published_reports_load() == 3
+    assert published_reports_load() == 0  # idempotent
+    reports = {r.backend + "/" + r.quantization: r for r in ImportedReport.objects.filter(kind="published")}
+    assert set(reports) == {"vllm/fp8_e4m3", "llamacpp/gguf_q4_k_m", "vllm/awq"}
+    assert all(r.label == "published, not measured here" for r in reports.values())
+
+
+def test_the_published_reference_page_says_it_was_not_measured_here(client):
+    published_reports_load()
+    report = ImportedReport.objects.get(backend="llamacpp", kind="published")
+    page = client.get(report.get_absolute_url()).content.decode()
+    assert "Published, not measured here" in page and "56.0" in page
+    fig = client.get(reverse("import-chart", args=[report.public_id, "json"])).json()
+    assert fig["data"][1]["y"] == [56.0, 29.4]
+
+
+def test_a_comparison_puts_measured_beside_published_with_ratios_and_warnings(client):
+    published_reports_load()
+    llama = endpoint(name="v100-llama", backend="llamacpp", quantization="gguf_q4_k_m")
+    run = measured_run([llama], levels=(1, 8), prompt_tokens=512, tokens=100)
+    vllm_pub = ImportedReport.objects.get(kind="published", backend="vllm", quantization="fp8_e4m3")
+    client.force_login(user())
+    r = client.post(reverse("comparison-new"), {"runs": [run.id], "reports": [vllm_pub.id], "title": "FP8 vs Q4"})
+    comparison = Comparison.objects.get()
+    assert r.url == comparison.get_absolute_url()
+    client.logout()
+    page = client.get(comparison.get_absolute_url()).content.decode()
+    assert "decodes" in page and "faster than" in page
+    assert "Different GPU model" in page or "GPU model unknown" in page  # the measured endpoint has no GPU registered
+    assert "published, not measured here" in page
+
+
+def test_a_comparison_needs_something_to_compare(client):
+    client.force_login(user())
+    r = client.post(reverse("comparison-new"), {"title": "empty"})
+    assert "Pick at least one run or report" in r.content.decode()
+
+
+def test_comparing_across_workloads_warns(client):
+    a = measured_run([endpoint(name="a")], levels=(1,), requests=3, prompt_tokens=512)
+    b = measured_run([endpoint(name="b")], levels=(1,), requests=3, prompt_tokens=2048)
+    client.force_login(user())
+    client.post(reverse("comparison-new"), {"runs": [a.id, b.id]})
+    page = client.get(Comparison.objects.get().get_absolute_url()).content.decode()
+    assert "Different prompt tokens" in page
