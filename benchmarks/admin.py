@@ -13,11 +13,22 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
-    list_display = ("name", "hostname", "queue_name", "gpu_summary", "driver_version", "interconnect", "probed_at")
+    list_display = ("name", "hostname", "queue_name", "gpu_summary", "driver_version", "cuda_version",
+                    "interconnect", "probe_status", "probed_at")
     list_filter = ("interconnect", "driver_version")
     search_fields = ("name", "hostname", "gpus__name", "notes")
     readonly_fields = ("probe_status", "probed_at")
     inlines = [GpuInline]
+    actions = ["probe_now"]
+
+    @admin.action(description="Probe GPUs now (on the host's own worker)")
+    def probe_now(self, request, queryset):
+        from benchmarks.tasks import host_probe_task
+
+        for host in queryset:
+            host_probe_task.apply_async((host.name,), queue=host.queue_name)
+        self.message_user(request, f"Asked the workers of {queryset.count()} host(s) to probe their GPUs; "
+                                   "the results appear here with the time they were probed.")
 
     @admin.display(description="GPUs")
     def gpu_summary(self, host):

@@ -328,8 +328,8 @@ def decision_display(result: dict) -> dict:
     candidates = []
     for c in result["ranked"]:
         refs = {e["id"]: {**e, "source": _source_of(e)} for e in c["evidence"]}
-        predicted = [{"metric": m, "label": METRIC_LABELS.get(m, m), "value": p["value"], "how": p["how"],
-                      "note": p["note"], "evidence": [refs[i] for i in p["evidence_ids"] if i in refs]}
+        predicted = [{"metric": m, "label": METRIC_LABELS.get(m, m) + (" (GiB)" if m == "peak_memory_gib" else ""),
+                      "value": p["value"], "how": p["how"], "note": p["note"], "evidence": [refs[i] for i in p["evidence_ids"] if i in refs]}
                      for m, p in c["predicted"].items()]
         candidates.append({
             **c, "predicted_rows": predicted, "evidence_rows": list(refs.values()),

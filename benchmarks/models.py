@@ -1,8 +1,11 @@
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -186,6 +189,11 @@ class Run(models.Model):
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     progress_note = models.CharField(max_length=300, blank=True)
+    # Fault tolerance: a worker measuring a run beats every few seconds; a run whose beat
+    # stopped (worker killed) can be claimed again and resumes after its finished levels.
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     preflight = models.JSONField(default=dict, blank=True)  # endpoint id -> findings
     server_config = models.JSONField(default=dict, blank=True)  # endpoint id -> identity/config
@@ -245,10 +253,15 @@ class Run(models.Model):
             return f"{', '.join(f'{r:g}' for r in self.request_rates)} req/s {self.arrivals}{cap}"
         return "c=" + ",".join(str(c) for c in self.concurrency_levels)
 
-    def claim(self) -> bool:
-        """queued -> running, atomically: only one worker can ever win a run."""
-        won = Run.objects.filter(id=self.id, status=Run.QUEUED).update(
-            status=Run.RUNNING, started=timezone.now())
+    def claim(self, worker: str = "") -> bool:
+        """queued -> running (or a running run whose worker stopped beating), atomically: only
+        one worker can ever hold a run at a time."""
+        now = timezone.now()
+        stale = now - timedelta(seconds=settings.RUN_HEARTBEAT_STALE_S)
+        claimable = Q(status=Run.QUEUED) | Q(status=Run.RUNNING, heartbeat__lt=stale)
+        won = Run.objects.filter(claimable, id=self.id).update(
+            status=Run.RUNNING, started=Coalesce(F("started"), now), heartbeat=now,
+            attempts=F("attempts") + 1, worker=worker[:200])
         if won:
             self.refresh_from_db()
         return bool(won)

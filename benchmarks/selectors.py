@@ -15,7 +15,9 @@ def run_by_public_id(public_id: str) -> Run:
 
 
 def run_levels(run: Run) -> list[LevelResult]:
-    return list(run.levels.select_related("endpoint", "endpoint__host", "endpoint__variant"))
+    # The time series are only for the chart endpoints: never load them for the page.
+    return list(run.levels.select_related("endpoint", "endpoint__host", "endpoint__variant")
+                .defer("gpu_series", "server_series"))
 
 
 def run_failures(run: Run, *, limit: int = 200) -> list[RequestRecord]:
@@ -31,6 +33,11 @@ def run_failure_count(run: Run) -> int:
 def run_preflight(run: Run) -> list[tuple[Endpoint, list[dict]]]:
     endpoints = {str(e.id): e for e in run.endpoints.all()}
     return [(endpoints[k], v) for k, v in run.preflight.items() if k in endpoints]
+
+
+def run_server_config(run: Run) -> list[tuple[Endpoint, dict]]:
+    endpoints = {str(e.id): e for e in run.endpoints.all()}
+    return [(endpoints[k], v) for k, v in run.server_config.items() if k in endpoints]
 
 
 def endpoints_for_runs() -> QuerySet[Endpoint]:

@@ -3,18 +3,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from datetime import datetime, timezone as dt_timezone
+import threading
+from datetime import datetime, timedelta, timezone as dt_timezone
 
 from django.conf import settings
 from django.db import close_old_connections, connection, models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from benchmarks.engine.client import Cancelled, LevelOutcome, Session
+from benchmarks.engine.client import Cancelled, LevelOutcome, Session, Timeouts
+from benchmarks.engine.observe import measure_observed
+from benchmarks.engine.server_metrics import server_identity
 from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run
 
 log = logging.getLogger(__name__)
-PROGRESS_EVERY_S = 0.5
 
 
 def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_tokens: int,
@@ -37,10 +39,15 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
         queue_name=queue_for(endpoints),
     )
     run.endpoints.set(endpoints)
+    transaction.on_commit(lambda: _enqueue(run))
+    return run
+
+
+def _enqueue(run: Run) -> None:
     from benchmarks.tasks import run_execute_task
 
-    transaction.on_commit(lambda: run_execute_task.apply_async((run.id,), queue=run.queue_name))
-    return run
+    Run.objects.filter(id=run.id).update(enqueued_at=timezone.now())
+    run_execute_task.apply_async((run.id,), queue=run.queue_name)
 
 
 def queue_for(endpoints: list[Endpoint]) -> str:
@@ -58,81 +65,160 @@ def run_cancel(*, run: Run) -> bool:
     return bool(changed)
 
 
-def run_execute(*, run_id: int) -> None:
-    """Measure a queued run: every endpoint, every level, stored level by level."""
+def run_execute(*, run_id: int, worker: str = "") -> None:
+    """Measure a queued run: every endpoint, every level, stored level by level. A run whose
+    earlier worker died resumes here after its finished levels."""
     run = Run.objects.get(id=run_id)
-    if not run.claim():
+    if not run.claim(worker):
         log.info("run %s not claimed (status %s)", run_id, run.status)
         return
+    if run.attempts > settings.RUN_MAX_ATTEMPTS:
+        _finish(run, Run.FAILED, error=f"gave up after {run.attempts - 1} attempts: the workers "
+                                       "measuring it stopped (killed or crashed)")
+        return
+    monitor = RunMonitor(run)
+    monitor.start()
     loop = asyncio.new_event_loop()
     try:
         for endpoint in run.endpoints.select_related("host").order_by("name"):
-            _measure_endpoint(run, endpoint, loop)
+            _measure_endpoint(run, endpoint, loop, monitor)
     except Cancelled:
-        log.info("run %s cancelled", run_id)
+        if monitor.stop_reason == "time limit":
+            _finish(run, Run.FAILED, error=f"time limit of {settings.RUN_TIME_LIMIT_S:g} s reached; "
+                                           "the finished levels are kept")
+        log.info("run %s stopped: %s", run_id, monitor.stop_reason)
         return
     except Exception as exc:  # a bug or an unexpected fault: keep what was measured, say why
         log.exception("run %s failed", run_id)
         _finish(run, Run.FAILED, error=f"{exc.__class__.__name__}: {exc}")
         return
     finally:
+        monitor.stop()
         loop.close()
     _finish(run, _final_status(run))
 
 
-def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop) -> None:
+def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop,
+                      monitor: "RunMonitor") -> None:
     workload = run.workload()
     done_levels = set(run.levels.filter(endpoint=endpoint).values_list("level_index", flat=True))
-    session = Session(endpoint.target(), workload,
-                      max_connections=max([run.max_concurrency, *workload.concurrency_levels, 256 if run.load_mode == "rate" else 1]) + 4)
+    loads = run.loads()
+    if all(i in done_levels for i in range(len(loads))):
+        return
+    timeouts = Timeouts(connect=settings.REQUEST_CONNECT_TIMEOUT_S, first_byte=settings.REQUEST_READ_TIMEOUT_S,
+                        total=settings.REQUEST_TOTAL_TIMEOUT_S)
+    session = Session(endpoint.target(), workload, timeouts,
+                      max_connections=max([run.max_concurrency, *workload.concurrency_levels,
+                                           256 if run.load_mode == "rate" else 1]) + 4)
     try:
         _note(run, f"{endpoint.name}: preflight")
         preflight = loop.run_until_complete(session.preflight())
         run.preflight[str(endpoint.id)] = [f.to_dict() for f in preflight.findings]
         Run.objects.filter(id=run.id).update(preflight=run.preflight)
         if preflight.ok:
+            run.server_config[str(endpoint.id)] = loop.run_until_complete(
+                server_identity(session.client, endpoint.base_url, endpoint.backend))
+            Run.objects.filter(id=run.id).update(server_config=run.server_config)
             _note(run, f"{endpoint.name}: building prompts and warming up")
             loop.run_until_complete(session.prepare(preflight.model))
-        for index, load in enumerate(run.loads()):
+        gpu_indices, gpu_note = _gpus_to_sample(endpoint)
+        for index, load in enumerate(loads):
             if index in done_levels:
                 continue
+            if monitor.should_stop():
+                raise Cancelled()
+            gpu = server = None
             if preflight.ok:
                 _note(run, f"{endpoint.name}: {load.label}")
-                outcome = loop.run_until_complete(session.measure(load, _ProgressReporter(run)))
+                outcome, gpu, server = loop.run_until_complete(measure_observed(
+                    session, load, monitor.progress, monitor.should_stop, gpu_indices, gpu_note,
+                    settings.GPU_SAMPLE_INTERVAL_S, settings.METRICS_SAMPLE_INTERVAL_S))
             else:
                 outcome = session.failed_level(load.concurrency, load.requests or 0,
                                                f"preflight failed: {preflight.cause}", "preflight")
                 outcome.rate = load.rate
-            level_store(run=run, endpoint=endpoint, outcome=outcome, level_index=index)
+            level_store(run=run, endpoint=endpoint, outcome=outcome, level_index=index, gpu=gpu, server=server)
+            monitor.level_stored(run.progress_done)
     finally:
         loop.run_until_complete(session.close())
 
 
-class _ProgressReporter:
-    """Called by the engine after each request, inside its event loop: every half second it
-    saves progress from a thread (the ORM is synchronous) and learns whether the run was
-    cancelled."""
+def _gpus_to_sample(endpoint: Endpoint) -> tuple[list[int] | None, str]:
+    """GPU telemetry is read next to the GPU: only a worker started on the endpoint's host
+    (WORKER_HOST) samples it — the endpoint's GPUs, or all of that host's."""
+    if not settings.WORKER_HOST:
+        return None, "not sampled: this worker has no WORKER_HOST, so it cannot tell which GPUs are local"
+    if settings.WORKER_HOST != endpoint.host.name:
+        return None, (f"not sampled: the worker runs on {settings.WORKER_HOST}, the endpoint on "
+                      f"{endpoint.host.name}")
+    indices = sorted(g.index for g in endpoint.gpus.all()) or sorted(g.index for g in endpoint.host.gpus.all())
+    return indices or [0], ""
+
+
+class RunMonitor:
+    """A thread beside the measurement: every second it saves progress and the heartbeat (so
+    a dead worker is noticed), and learns whether the run was cancelled or ran past its time
+    limit. The event loop only counts; it never waits for the database."""
 
     def __init__(self, run: Run):
-        self.run = run
+        self.run_id = run.id
+        self.started = run.started or timezone.now()
         self.base = run.progress_done
         self.count = 0
-        self.last = 0.0
+        self.stop_reason = ""
+        self._stop = threading.Event()
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"run-{run.id}-monitor", daemon=True)
 
-    async def __call__(self, result) -> bool:
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._thread.join(10)
+
+    def should_stop(self) -> bool:
+        return self._stop.is_set()
+
+    async def progress(self, result) -> bool:
         self.count += 1
-        now = time.monotonic()
-        if now - self.last < PROGRESS_EVERY_S:
-            return True
-        self.last = now
-        return await asyncio.to_thread(self._save, self.base + self.count)
+        return not self._stop.is_set()
 
-    def _save(self, done: int) -> bool:
+    def level_stored(self, stored: int) -> None:
+        self.base, self.count = stored, 0
+
+    def _beat(self) -> None:
         try:
-            Run.objects.filter(id=self.run.id, status=Run.RUNNING).update(progress_done=done)
-            return Run.objects.filter(id=self.run.id).values_list("status", flat=True).first() == Run.RUNNING
+            while not self._halt.wait(min(1.0, settings.RUN_HEARTBEAT_S)):
+                now = timezone.now()
+                alive = Run.objects.filter(id=self.run_id, status=Run.RUNNING).update(
+                    heartbeat=now, progress_done=self.base + self.count)
+                if not alive:
+                    self.stop_reason = "cancelled"
+                    self._stop.set()
+                elif (now - self.started).total_seconds() > settings.RUN_TIME_LIMIT_S:
+                    self.stop_reason = "time limit"
+                    self._stop.set()
         finally:
             connection.close()  # this thread's own connection
+
+
+def runs_requeue(*, startup: bool = False) -> int:
+    """Send again what a broker may have lost: queued runs (a Redis restarted without
+    persistence loses its queue) and running runs whose worker stopped beating. Extra
+    deliveries are harmless: a run can only be claimed once at a time."""
+    from benchmarks.tasks import run_execute_task
+
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.RUN_HEARTBEAT_STALE_S)
+    queued = Q(status=Run.QUEUED)
+    if not startup:
+        queued &= Q(enqueued_at__lt=now - timedelta(seconds=settings.RUN_REQUEUE_AFTER_S)) | Q(enqueued_at=None)
+    runs = list(Run.objects.filter(queued | Q(status=Run.RUNNING, heartbeat__lt=stale)).only("id", "queue_name"))
+    for run in runs:
+        Run.objects.filter(id=run.id).update(enqueued_at=now)
+        run_execute_task.apply_async((run.id,), queue=run.queue_name or settings.CELERY_TASK_DEFAULT_QUEUE)
+    return len(runs)
 
 
 def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_index: int = 0,
@@ -236,3 +322,37 @@ def comparison_create(*, owner, runs, reports, title: str = ""):
     comparison.runs.set(runs)
     comparison.reports.set(reports)
     return comparison
+
+
+# ---------------------------------------------------------------- hosts
+def host_probe_store(*, host, probe) -> None:
+    """Write what pynvml reported (engine.gpu.HostProbe) into the inventory: the host's
+    driver, CUDA and interconnect, and one Gpu row per GPU (updated by index)."""
+    from benchmarks.models import Gpu
+
+    with transaction.atomic():
+        host.probe_status = probe.status[:300]
+        host.probed_at = timezone.now()
+        if probe.ok:
+            host.driver_version = probe.driver_version or host.driver_version
+            host.cuda_version = probe.cuda_driver_version or host.cuda_version
+            host.interconnect = probe.interconnect or host.interconnect
+            for g in probe.gpus:
+                ecc_c, ecc_u = (g.ecc_corrected or {}), (g.ecc_uncorrected or {})
+                Gpu.objects.update_or_create(host=host, index=g.index, defaults=dict(
+                    name=g.name or "", uuid=g.uuid or "", memory_total_mib=g.memory_total_mib,
+                    compute_capability=g.compute_capability or "", pcie_generation=g.pcie_generation,
+                    pcie_width=g.pcie_width, nvlink=g.nvlink_text[:100], ecc_mode=g.ecc_mode or "",
+                    ecc_corrected=ecc_c.get("aggregate"), ecc_uncorrected=ecc_u.get("aggregate")))
+        host.save()
+
+
+def host_probe_here(*, host_name: str):
+    """Probe this machine's GPUs and store them under `host_name` (created if new)."""
+    from benchmarks.engine.gpu import probe
+    from benchmarks.models import Host
+
+    host, _ = Host.objects.get_or_create(name=host_name)
+    result = probe()
+    host_probe_store(host=host, probe=result)
+    return host, result

@@ -1,8 +1,63 @@
+import logging
+import threading
+
 from celery import shared_task
+from celery.signals import worker_ready, worker_shutdown
+from django.conf import settings
 
 from benchmarks import services
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name="benchmarks.run_execute")
 def run_execute_task(run_id: int) -> None:
-    services.run_execute(run_id=run_id)
+    services.run_execute(run_id=run_id, worker=run_execute_task.request.hostname or "")
+
+
+@shared_task(name="benchmarks.host_probe")
+def host_probe_task(host_name: str) -> None:
+    """Sent to a host's queue, so the worker on that host probes its own GPUs."""
+    if settings.WORKER_HOST != host_name:
+        log.warning("probe for %s reached the worker of %r; not probing", host_name, settings.WORKER_HOST)
+        return
+    services.host_probe_here(host_name=host_name)
+
+
+_sweeper_stop = threading.Event()
+
+
+@worker_ready.connect
+def start_sweeper(sender=None, **kwargs) -> None:
+    """Each worker re-sends, at start and then periodically, the runs a broker may have lost
+    (queued runs after a Redis restart, running runs whose worker was killed)."""
+
+    def sweep() -> None:
+        from django.db import connection
+
+        first = True
+        while True:
+            try:
+                n = services.runs_requeue(startup=first)
+                if n:
+                    log.info("re-sent %d run(s) that may have been lost", n)
+            except Exception:  # the database or broker may be restarting: try again later
+                log.exception("sweep failed")
+            finally:
+                connection.close()
+            first = False
+            if _sweeper_stop.wait(settings.RUN_SWEEP_EVERY_S):
+                return
+
+    threading.Thread(target=sweep, name="run-sweeper", daemon=True).start()
+    if settings.WORKER_HOST:
+        try:
+            host, result = services.host_probe_here(host_name=settings.WORKER_HOST)
+            log.info("probed %s: %s, %d GPU(s)", host, result.status, len(result.gpus))
+        except Exception:  # a probe must never keep a worker from measuring
+            log.exception("GPU probe failed")
+
+
+@worker_shutdown.connect
+def stop_sweeper(**kwargs) -> None:
+    _sweeper_stop.set()

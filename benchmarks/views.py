@@ -53,6 +53,7 @@ def run_detail(request, public_id: str):
         "failures": selectors.run_failures(run),
         "failure_count": selectors.run_failure_count(run),
         "preflight": selectors.run_preflight(run),
+        "server_config": selectors.run_server_config(run),
         "definitions": METRIC_DEFINITIONS,
         "chart_list": _chart_list(run),
     })

@@ -85,7 +85,7 @@ class DecisionForm(forms.Form):
 
     def clean_compute_capability(self):
         text = self.cleaned_data["compute_capability"].strip()
-        if text and decisions.parse_cc(text) is None:
+        if text and not self.cleaned_data.get("host") and decisions.parse_cc(text) is None:
             raise forms.ValidationError("Give a compute capability such as 7.0 or 9.0 (from 3.0 to 15.9).")
         return text
 
@@ -140,7 +140,10 @@ def decision_new(request):
     # ?from=<public_id>: start from a saved decision's inputs ("change the workload").
     form = DecisionForm(request.POST or None, initial=decisions.decision_inputs(request.GET.get("from")))
     if request.method == "POST" and form.is_valid():
-        return redirect(decisions.decision_create(owner=request.user, inputs=form.inputs))
+        try:
+            return redirect(decisions.decision_create(owner=request.user, inputs=form.inputs))
+        except ValueError as e:  # the inventory changed since the form was checked
+            form.add_error(None, str(e))
     return render(request, "benchmarks/decision_new.html",
                   {"form": form, "recent": decisions.decisions_recent(owner=request.user)})
 
@@ -169,8 +172,11 @@ def decision_api(request):
     form = DecisionForm(body)
     if not form.is_valid():
         return JsonResponse({"error": "invalid input", "errors": _errors(form)}, status=400)
-    if not save:
-        return JsonResponse({"inputs": form.inputs, "recommendation": decisions.decision_compute(inputs=form.inputs)})
-    decision = decisions.decision_create(owner=request.user, inputs=form.inputs)
+    try:
+        if not save:
+            return JsonResponse({"inputs": form.inputs, "recommendation": decisions.decision_compute(inputs=form.inputs)})
+        decision = decisions.decision_create(owner=request.user, inputs=form.inputs)
+    except ValueError as e:  # the inventory changed since the form was checked
+        return JsonResponse({"error": str(e)}, status=400)
     return JsonResponse({"inputs": decision.inputs, "recommendation": decision.result, "public_id": decision.public_id,
                          "permalink": request.build_absolute_uri(decision.get_absolute_url())}, status=201)

@@ -69,10 +69,10 @@ def check_worker() -> str:
     return f"worker: database and broker ({where}) answer"
 
 
-def pid1_role() -> str:
+def pid1_role(cmdline: str = "/proc/1/cmdline") -> str:
     """web / worker / other, from PID 1's command line (docker-init's included)."""
     try:
-        args = Path("/proc/1/cmdline").read_bytes().split(b"\0")
+        args = Path(cmdline).read_bytes().split(b"\0")
     except OSError:
         return "other"
     names = {os.path.basename(a.decode(errors="replace")) for a in args if a}

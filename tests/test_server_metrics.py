@@ -284,6 +284,10 @@ def test_summary_of_a_span_uses_counter_and_histogram_deltas():
     assert out["max_running"] == 3 and out["dialect"] == "vllm"
 
 
+def test_nan_values_are_left_out():
+    assert "kv_cache_usage" not in scrape('vllm:kv_cache_usage_perc{engine="0",model_name="m"} NaN\n')
+
+
 def test_server_was_idle_unknown_without_the_figures():
     assert server_was_idle(None) is None
     assert server_was_idle({"kv_cache_usage": 0.0}) is None
@@ -312,7 +316,7 @@ def test_sampler_follows_the_simulator_on_the_perf_counter_clock(simulator, dial
             t0 = time.perf_counter()
             sampler.start()
             await asyncio.sleep(interval / 2)  # the first scrape sees the idle server
-            await _load(client, sim.url, n=8, max_tokens=20)  # 2 waves of 4 slots x 100 ms
+            await _load(client, sim.url, n=8, max_tokens=40)  # 2 waves of 4 slots x 200 ms
             await asyncio.sleep(interval * 2)
             samples = await sampler.stop()
             return sampler, samples, t0, time.perf_counter()
@@ -321,23 +325,22 @@ def test_sampler_follows_the_simulator_on_the_perf_counter_clock(simulator, dial
     assert all(s.error is None for s in samples)
     assert all(t0 <= s.t <= s.t + s.rtt_s <= t1 for s in samples)
     ts = [s.t for s in samples]
-    assert ts == sorted(ts) and len(samples) >= 5
+    assert ts == sorted(ts) and len(samples) >= 4
     # Ticks sit on an absolute grid: a scrape the busy loop started late does not shift the
     # later ones (the final scrape at stop() is off-grid).
-    grid = [(t - ts[0]) / interval for t in ts[:-1]]
-    on_grid = [abs(g - round(g)) < 0.25 for g in grid]
-    assert sum(on_grid) >= 0.8 * len(grid) and on_grid[-1], grid
+    off = sorted(abs((t - ts[0]) / interval - round((t - ts[0]) / interval)) for t in ts[:-1])
+    assert off[len(off) // 2] < 0.25, off
     assert server_was_idle(samples[0]) is True
     assert max(s.values["running"] for s in samples) == 4  # the slot limit
     assert max(s.values["waiting"] for s in samples) >= 1
     last = samples[-1].values  # the final scrape covers everything that was measured
-    assert last["generation_tokens_total"] == 8 * 20
+    assert last["generation_tokens_total"] == 8 * 40
     assert last["prompt_tokens_total"] == 8 * (4 + (1 if dialect == "llamacpp" else 0))
     assert last["dialect"] == dialect
     assert ("kv_cache_usage" in last) == (dialect == "vllm")
     summ, cols = sampler.summary(), sampler.series()
     assert summ["idle_at_start"] is True and summ["max_running"] == 4 and summ["status"] == "ok"
-    assert summ["generation_tokens_delta"] == 160 and summ["samples"] == len(samples)
+    assert summ["generation_tokens_delta"] == 320 and summ["samples"] == len(samples)
     assert cols["t"] == ts and max(cols["running"]) == 4 and len(cols["waiting"]) == len(ts)
 
 
@@ -406,7 +409,7 @@ def test_a_server_that_is_down_gives_error_samples_and_a_failed_status():
     assert sampler.status.startswith("failed: ConnectError")
 
 
-def test_stop_returns_quickly_and_a_server_error_is_a_sample():
+def test_a_server_error_is_a_sample_and_sampling_goes_on():
     calls = []
 
     def handler(request):
@@ -414,20 +417,33 @@ def test_stop_returns_quickly_and_a_server_error_is_a_sample():
         return httpx.Response(500 if len(calls) == 2 else 200, text=LLAMACPP_OLD)
 
     async def go():
-        client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-        sampler = MetricsSampler("http://sim", interval_s=0.03, client=client)
-        sampler.start()
-        await asyncio.sleep(0.1)
-        t = time.perf_counter()
-        samples = await sampler.stop(final_scrape=False)
-        stopped_in = time.perf_counter() - t
-        await client.aclose()
-        return sampler, samples, stopped_in
-    sampler, samples, stopped_in = asyncio.run(go())
-    assert stopped_in < 0.05
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            sampler = MetricsSampler("http://gpu1:8001/", interval_s=0.03, client=client)
+            sampler.start()
+            await asyncio.sleep(0.15)
+            return sampler, await sampler.stop()
+    sampler, samples = asyncio.run(go())
     assert sampler.status == "ok" and samples[1].error.startswith("HTTP 500 (# HELP llamacpp:")
     assert samples[0].values["running"] == 1 and samples[2].values["kv_cache_usage"] > 0
     assert set(calls) == {"/metrics"}
+
+
+def test_stop_cancels_a_scrape_in_flight():
+    async def handler(request):
+        await asyncio.sleep(30)  # a server that hangs
+        return httpx.Response(200, text="")
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            sampler = MetricsSampler("http://gpu1:8001", interval_s=10, client=client, timeout_s=60)
+            sampler.start()
+            await asyncio.sleep(0.05)
+            t = time.perf_counter()
+            samples = await sampler.stop(final_scrape=False)
+            return sampler, samples, time.perf_counter() - t
+    sampler, samples, stopped_in = asyncio.run(go())
+    assert stopped_in < 0.2 and samples == []
+    assert sampler.status == "failed: no samples"
 
 
 # ------------------------------------------------------------------------------ identity

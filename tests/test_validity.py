@@ -37,8 +37,8 @@ def test_each_check_raises_its_flag_with_a_reason(summary, kwargs, code):
     assert all(f.reason for f in flags)
 
 
-def test_idle_clocks_are_not_throttling():
-    assert level_flags(base(), gpu={"throttle_reasons": {"idle": 1.0}}) == []
+def test_idle_and_boost_clocks_are_not_throttling():
+    assert level_flags(base(), gpu={"throttle_reasons": {"idle": 1.0, "sync_boost": 0.5}}) == []
 
 
 def test_send_lag_is_expected_when_a_cap_holds_requests_back():

@@ -156,10 +156,32 @@ MAX_CONCURRENCY = envint("MAX_CONCURRENCY", "512")
 MAX_REQUESTS_PER_LEVEL = envint("MAX_REQUESTS_PER_LEVEL", "10000")
 MAX_TOKENS = envint("MAX_TOKENS", "131072")
 MAX_REQUEST_RATE = float(os.environ.get("MAX_REQUEST_RATE", "1000"))
+MAX_REQUESTS_PER_RUN = envint("MAX_REQUESTS_PER_RUN", "100000")  # endpoints × levels × requests
+MAX_RUNS_IN_FLIGHT = envint("MAX_RUNS_IN_FLIGHT", "5")  # queued or running, per user
+
+# The inventory name of the host this worker runs on: its GPUs are probed at start and
+# sampled during runs of endpoints on this host. Leave empty on a web-only or remote worker.
+WORKER_HOST = os.environ.get("WORKER_HOST", "")
+GPU_SAMPLE_INTERVAL_S = float(os.environ.get("GPU_SAMPLE_INTERVAL_S", "0.2"))
+METRICS_SAMPLE_INTERVAL_S = float(os.environ.get("METRICS_SAMPLE_INTERVAL_S", "0.5"))
+
+# Fault tolerance (seconds).
+RUN_HEARTBEAT_S = float(os.environ.get("RUN_HEARTBEAT_S", "5"))
+RUN_HEARTBEAT_STALE_S = float(os.environ.get("RUN_HEARTBEAT_STALE_S", "60"))
+RUN_REQUEUE_AFTER_S = float(os.environ.get("RUN_REQUEUE_AFTER_S", "300"))
+RUN_SWEEP_EVERY_S = float(os.environ.get("RUN_SWEEP_EVERY_S", "30"))
+RUN_TIME_LIMIT_S = float(os.environ.get("RUN_TIME_LIMIT_S", "21600"))
+RUN_MAX_ATTEMPTS = envint("RUN_MAX_ATTEMPTS", "3")
+# Per request: connecting, the longest silence between two chunks, and the whole request.
+REQUEST_CONNECT_TIMEOUT_S = float(os.environ.get("REQUEST_CONNECT_TIMEOUT_S", "10"))
+REQUEST_READ_TIMEOUT_S = float(os.environ.get("REQUEST_READ_TIMEOUT_S", "300"))
+REQUEST_TOTAL_TIMEOUT_S = float(os.environ.get("REQUEST_TOTAL_TIMEOUT_S", "900"))
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # One line per request from httpx would cost the measuring worker time and flood its log.
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }

@@ -4,13 +4,14 @@ who it says it is (/version, /props, /slots).
 vLLM and llama.cpp name the same figures differently, and vLLM renamed some between versions;
 `scrape()` maps them onto one set of keys (FIGURES) and sums over label sets (model_name,
 engine, ...). Parsing is prometheus_client's (the library vLLM itself exports with), fed only
-the lines we chart: a whole vLLM page (hundreds of histogram buckets) takes ~20 ms to parse,
-which would stall the event loop that is timing requests; our few lines take well under 1 ms.
+the lines we chart: a whole vLLM page (hundreds of histogram buckets) takes 20-30 ms to parse,
+which would stall the event loop that is timing requests; picking our lines and parsing them
+takes about 0.5 ms.
 """
 from __future__ import annotations
 
 import asyncio
-import re
+import math
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -40,22 +41,26 @@ HISTOGRAMS = {
 }
 _WANTED = frozenset(n for names in FIGURES.values() for n in names) | frozenset(
     n + suffix for names in HISTOGRAMS.values() for n in names for suffix in ("_sum", "_count"))
-_PREFIXES = tuple({n.split(":", 1)[0] + ":" for n in _WANTED})
-_NAME = re.compile(r"[^{\s]+")
 # Status codes that mean "this server has no /metrics for us": 404 (no route), 501 (llama-server
 # started without --metrics answers 501 not_supported_error), 401/403 (behind an API key).
 _UNAVAILABLE = (401, 403, 404, 405, 501)
 
 
 def _sample_lines(text: str) -> str:
-    """Only the sample lines we chart. Comments are dropped too: without a TYPE line the
-    parser keeps each sample's name exactly as written (it renames counters otherwise)."""
+    """Only the sample lines we chart, found with str.find (C speed: ~0.2 ms on a 50 KB vLLM
+    page, against ~0.5 ms splitting it into lines). Comments are dropped too: without a TYPE
+    line the parser keeps each sample's name exactly as written (it renames counters else)."""
+    text = "\n" + text
     keep = []
-    for line in text.splitlines():
-        if line.startswith(_PREFIXES):
-            name = _NAME.match(line)
-            if name and name.group() in _WANTED:
+    for name in _WANTED:
+        needle = "\n" + name
+        i = text.find(needle)
+        while i >= 0:
+            end = text.find("\n", i + 1)
+            line = text[i + 1:end if end >= 0 else None]
+            if line[len(name):len(name) + 1] in ("{", " ", "\t"):  # not a longer name
                 keep.append(line)
+            i = text.find(needle, i + 1)
     return "\n".join(keep) + "\n"
 
 
@@ -64,7 +69,8 @@ def parse_samples(text: str) -> dict[str, float]:
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(_sample_lines(text)):
         for s in family.samples:
-            totals[s.name] = totals.get(s.name, 0.0) + s.value
+            if math.isfinite(s.value):  # NaN would not survive a PostgreSQL jsonb column
+                totals[s.name] = totals.get(s.name, 0.0) + s.value
     return totals
 
 
@@ -232,7 +238,8 @@ class MetricsSampler:
             try:
                 await self._task
             except asyncio.CancelledError:
-                pass
+                if asyncio.current_task().cancelling():  # our caller was cancelled: pass it on
+                    raise
             except Exception as exc:  # a bug here must not fail the run being measured
                 self.status = f"error: {type(exc).__name__}: {exc}"
             self._task = None

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .gpu import THROTTLING
+
 THRESHOLDS = {
     "error_rate": 0.05,  # more than 5 % of requests failed
     "gpu_temperature_c": 85,  # V100 slows down from ~83-87 °C
@@ -66,7 +68,7 @@ def level_flags(summary: dict, *, client: dict | None = None, gpu: dict | None =
         flags.append(Flag("ecc", f"ECC error counts rose during the level (corrected "
                                  f"+{gpu.get('ecc_corrected_delta') or 0}, uncorrected "
                                  f"+{gpu.get('ecc_uncorrected_delta') or 0}): a hot or failing GPU."))
-    throttles = [r for r in (gpu.get("throttle_reasons") or {}) if r not in ("idle", "applications_clocks_setting", "none")]
+    throttles = [r for r in (gpu.get("throttle_reasons") or {}) if r in THROTTLING]
     if throttles:
         flags.append(Flag("throttled", "The GPU was throttled: " + ", ".join(sorted(throttles)) + "."))
     if (gpu.get("max_temperature_c") or 0) > t["gpu_temperature_c"]:

@@ -1,0 +1,574 @@
+"""The decision page and API: a stated workload -> a ranked, evidenced recommendation behind a
+permalink. The advisor's own rules are tested in test_advisor_*; here: the form, the evidence
+read from the database, the pages, the API and the "measure this next" links."""
+import json
+from datetime import timedelta
+from urllib.parse import quote, urlsplit
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from hypothesis import HealthCheck, event, given, settings as hsettings, strategies as st
+
+from benchmarks import decisions
+from benchmarks.models import Decision, Gpu, Host, LevelResult, Model, Run, Variant
+from benchmarks.views_decide import DecisionForm
+from factories import endpoint, user
+
+pytestmark = pytest.mark.django_db
+
+V100 = {"host": "", "gpu_name": "Tesla V100-PCIE-16GB", "compute_capability": "7.0", "vram_gib": "16",
+        "gpu_count": "1", "interconnect": "pcie", "model": "", "users": "8", "prompt_tokens": "512",
+        "output_tokens": "100", "context_tokens": "8192", "ttft_p90_ms": "", "tpot_ms": "",
+        "min_user_tok_s": "", "priority": "single_user_speed"}
+V100_JSON = {"gpu_name": "Tesla V100-PCIE-16GB", "compute_capability": "7.0", "vram_gib": 16, "users": 8,
+             "prompt_tokens": 512, "output_tokens": 100, "context_tokens": 8192}
+API = "/api/decide"
+
+
+def form(**overrides):
+    return {**V100, **overrides}
+
+
+def api(client, body, **extra):
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return client.post(API, data=data, content_type="application/json", **extra)
+
+
+@pytest.fixture
+def member(client):
+    client.force_login(user())
+    return client
+
+
+# --- measured data on an H200 host -------------------------------------------------------------
+
+def h200_host(name="h200-1"):
+    host = Host.objects.create(name=name, interconnect="pcie")
+    Gpu.objects.create(host=host, index=0, name="NVIDIA H200", memory_total_mib=143771, compute_capability="9.0")
+    return host
+
+
+def summary(*, ttft_p50, ttft_p90, tpot_p50, aggregate, requests=16):
+    def dist(p50, p90):
+        return {"count": requests, "mean": p50, "min": p50 * 0.9, "max": p90 * 1.1, "p50": p50, "p90": p90,
+                "p99": p90 * 1.05}
+    return {"requests": requests, "completed": requests, "failed": 0, "stopped_short": 0, "wall_s": 12.5,
+            "output_tokens": requests * 100, "prompt_tokens": requests * 512,
+            "ttft_ms": dist(ttft_p50, ttft_p90), "tpot_ms": dist(tpot_p50, tpot_p50 * 1.1),
+            "e2e_ms": dist(ttft_p50 + 99 * tpot_p50, ttft_p90 + 99 * tpot_p50 * 1.1),
+            "decode_tok_s": dist(1000 / tpot_p50, 1000 / tpot_p50 * 1.05), "aggregate_tok_s": aggregate}
+
+
+def measured_run(figures, *, status=Run.SUCCEEDED, load_mode="concurrency", prompt=512, output=100,
+                 created=None, title="H200 sweep"):
+    """figures: {endpoint: {concurrency: (ttft_p50, ttft_p90, tpot_p50, aggregate)}}"""
+    levels = sorted({c for per in figures.values() for c in per})
+    run = Run.objects.create(title=title, prompt_tokens=prompt, output_tokens=output, temperature=0.7,
+                             load_mode=load_mode, concurrency_levels=levels, requests_per_level=16,
+                             warmup_requests=2, status=status, created=created or timezone.now())
+    run.endpoints.set(figures)
+    for e, per in figures.items():
+        for i, (c, (t50, t90, tpot, agg)) in enumerate(sorted(per.items())):
+            LevelResult.objects.create(
+                run=run, endpoint=e, level_index=i, concurrency=c,
+                rate=1.0 if load_mode == "rate" else None, started_at=timezone.now(), wall_s=12.5,
+                completed=16, failed=0, summary=summary(ttft_p50=t50, ttft_p90=t90, tpot_p50=tpot, aggregate=agg),
+                gpu_summary=[{"index": 0, "samples": 100, "peak_memory_used_mib": 5980.0}])
+    return run
+
+
+def h200_setup(fp8_aggregate, llamacpp_aggregate):
+    """Measured FP8 and Q4_K_M on one H200 at 1 and 8 users, 512/100 tokens (llama.cpp's figures
+    are the ones measured on this machine, shared/reference/measured-here.md)."""
+    host = h200_host()
+    fp8 = endpoint(name="h200-vllm-fp8", backend="vllm", host=host.name, quantization="fp8_e4m3")
+    q4 = endpoint(name="h200-llama-q4", backend="llamacpp", host=host.name, quantization="gguf_q4_k_m")
+    run = measured_run({
+        fp8: {1: (40.0, 48.0, 5.0, 190.0), 8: (70.0, 95.0, 8000 / fp8_aggregate, fp8_aggregate)},
+        q4: {1: (97.5, 103.0, 4.42, 186.0), 8: (393.0, 623.0, 8000 / llamacpp_aggregate, llamacpp_aggregate)},
+    })
+    return host, run, fp8, q4
+
+
+def h200_inputs(host, users=8, priority="throughput", **targets):
+    return {"host": host.pk if host else None, "gpu_name": "", "compute_capability": "", "vram_gib": None, "gpu_count": 1,
+            "interconnect": "pcie", "model": None, "users": users, "prompt_tokens": 512, "output_tokens": 100,
+            "context_tokens": 8192, "ttft_p90_ms": None, "tpot_ms": None, "min_user_tok_s": None,
+            "priority": priority, **targets}
+
+
+# --- login -------------------------------------------------------------------------------------
+
+def test_the_form_requires_login(client):
+    r = client.get(reverse("decision-new"))
+    assert r.status_code == 302 and reverse("login") in r.url
+    r = client.post(reverse("decision-new"), V100)
+    assert r.status_code == 302 and reverse("login") in r.url and not Decision.objects.exists()
+
+
+def test_the_form_shows_for_a_member(member):
+    r = member.get(reverse("decision-new"))
+    assert r.status_code == 200
+    for name in ("host", "gpu_name", "compute_capability", "vram_gib", "gpu_count", "interconnect", "model",
+                 "users", "prompt_tokens", "output_tokens", "context_tokens", "ttft_p90_ms", "tpot_ms",
+                 "min_user_tok_s", "priority"):
+        assert f'name="{name}"' in r.content.decode()
+
+
+# --- the V100 must-hold -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("users", range(1, 9))
+def test_the_page_recommends_llamacpp_on_a_v100_from_the_published_figures(member, users):
+    r = member.post(reverse("decision-new"), form(users=users))
+    decision = Decision.objects.get()
+    assert r.status_code == 302 and r.url == decision.get_absolute_url()
+    assert decision.recommended == "llamacpp-q4_k_m" and decision.owner.username == "alice"
+    page = member.get(r.url).content.decode()
+    assert "Run llama.cpp Q4_K_M" in page
+    assert 'id="rank-llamacpp-q4_k_m" data-key="llamacpp-q4_k_m" data-eligible="true" class="recommended' in page
+
+
+def test_the_page_shows_fp8_and_awq_refused_on_a_v100_with_the_reason(member):
+    r = member.post(reverse("decision-new"), V100, follow=True)
+    page = r.content.decode()
+    for key in ("vllm-fp8", "vllm-awq"):
+        assert f'id="rank-{key}" data-key="{key}" data-eligible="false"' in page
+    assert "Cannot start on compute capability 7.0" in page
+    assert "Minimum capability: 80" in page and "fp8.py" in page  # FP8's reason and source
+    assert "awq.py; issues #1488, #4202" in page  # AWQ's
+    assert "vLLM FP8 and vLLM AWQ cannot start on compute capability 7.0" in page
+    assert "refused on this GPU" in page
+
+
+def test_the_page_flags_the_published_vllm_figures_as_not_reproducible(member):
+    page = member.post(reverse("decision-new"), V100, follow=True).content.decode()
+    for key in ("vllm-fp8", "vllm-awq"):  # the rows used: FP8 at 8 users, AWQ's only one at 1 user
+        section = page.split(f'id="candidate-{key}"')[1].split("</section>")[0]
+        assert 'class="flag not-reproducible">not reproducible with upstream vLLM' in section
+    assert "The figures for vLLM FP8 are not reproducible with upstream vLLM" in page
+    assert "The figures for vLLM AWQ are not reproducible with upstream vLLM" in page
+    assert "V100 write-up (published, not measured here)" in page
+    assert "seed-v100-writeup.md" in page  # where the published figures come from
+
+
+@pytest.mark.parametrize("users", range(1, 9))
+def test_the_api_recommends_llamacpp_on_a_v100_and_refuses_fp8_and_awq(member, users):
+    r = api(member, {**V100_JSON, "users": users})
+    assert r.status_code == 200, r.content
+    rec = r.json()["recommendation"]
+    assert rec["recommended"] == "llamacpp-q4_k_m" and rec["ranked"][0]["key"] == "llamacpp-q4_k_m"
+    by_key = {c["key"]: c for c in rec["ranked"]}
+    assert "Minimum capability: 80" in by_key["vllm-fp8"]["ineligible_reasons"][0]
+    assert "#1488" in by_key["vllm-awq"]["ineligible_reasons"][0]
+    for key in ("vllm-fp8", "vllm-awq"):
+        assert not by_key[key]["eligible"]
+        assert by_key[key]["evidence"] and all(
+            e["flags"][0].startswith("not reproducible with upstream vLLM") for e in by_key[key]["evidence"])
+    assert not Decision.objects.exists()  # computed, not saved
+
+
+# --- compute capability 9.0 with measured data -------------------------------------------------
+
+@pytest.mark.parametrize("fp8_aggregate, llamacpp_aggregate, expected", [
+    (900.0, 349.0, "vllm-fp8"),
+    (300.0, 349.0, "llamacpp-q4_k_m"),
+])
+def test_on_an_h200_fp8_is_eligible_and_the_ranking_follows_the_measurements(
+        fp8_aggregate, llamacpp_aggregate, expected):
+    host, run, *_ = h200_setup(fp8_aggregate, llamacpp_aggregate)
+    decision = decisions.decision_create(owner=user(), inputs=h200_inputs(host))
+    result = decision.result
+    by_key = {c["key"]: c for c in result["ranked"]}
+    assert by_key["vllm-fp8"]["eligible"] and by_key["vllm-fp8"]["ineligible_reasons"] == []
+    assert decision.recommended == expected == result["ranked"][0]["key"]
+    for key, aggregate in (("vllm-fp8", fp8_aggregate), ("llamacpp-q4_k_m", llamacpp_aggregate)):
+        assert by_key[key]["evidence_basis"] == "measured on this host"
+        assert by_key[key]["predicted"]["aggregate_tok_s"] == {
+            **by_key[key]["predicted"]["aggregate_tok_s"], "value": aggregate, "how": "measured"}
+    assert by_key["vllm-awq"]["eligible"] and by_key["vllm-awq"]["rank"] == 3  # can start, nothing measured
+
+
+def test_a_missed_target_outranks_raw_throughput(member):
+    host, *_ = h200_setup(300.0, 349.0)  # llama.cpp is faster in aggregate, but its TTFT p90 is 623 ms
+    page = member.post(reverse("decision-new"), form(host=host.pk, priority="throughput", ttft_p90_ms="100"),
+                       follow=True).content.decode()
+    assert Decision.objects.get().recommended == "vllm-fp8"
+    assert "TTFT p90 target 100 ms: met, 95 ms" in page and "TTFT p90 target 100 ms: missed, 623 ms" in page
+
+
+def test_on_an_h200_single_user_speed_follows_the_measured_decode():
+    host, *_ = h200_setup(900.0, 349.0)
+    result = decisions.decision_compute(inputs=h200_inputs(host, users=1, priority="single_user_speed"))
+    # llama.cpp decodes one stream at 1000/4.42 = 226 tok/s against FP8's 200.
+    assert result["recommended"] == "llamacpp-q4_k_m"
+    assert result["ranked"][0]["predicted"]["decode_tok_s"]["value"] == pytest.approx(1000 / 4.42)
+
+
+def test_a_stated_h200_uses_the_measurements_of_the_same_gpu_model():
+    h200_setup(900.0, 349.0)
+    inputs = {**h200_inputs(None), "host": None, "gpu_name": "H200", "compute_capability": "9.0",
+              "vram_gib": 141.0}
+    result = decisions.decision_compute(inputs=inputs)
+    assert result["recommended"] == "vllm-fp8"
+    assert result["ranked"][0]["evidence_basis"] == "measured on the same GPU model"
+
+
+def test_evidence_links_on_the_page_point_at_run_permalinks(member):
+    host, run, fp8, q4 = h200_setup(900.0, 349.0)
+    r = member.post(reverse("decision-new"), form(host=host.pk, gpu_name="", compute_capability="",
+                                                    vram_gib="", priority="throughput"), follow=True)
+    page = r.content.decode()
+    levels = LevelResult.objects.filter(run=run, concurrency=8)
+    for level in levels:
+        href = f'href="{run.get_absolute_url()}#level-{level.pk}"'
+        assert href in page
+    assert "H200 sweep · h200-vllm-fp8 · 8 concurrent" in page
+    # The link opens the run.
+    assert member.get(urlsplit(f"{run.get_absolute_url()}#level-1").path).status_code == 200
+
+
+# --- evidence from the database ------------------------------------------------------------
+
+def test_evidence_skips_what_cannot_be_used_and_says_how_much():
+    host, run, fp8, q4 = h200_setup(900.0, 349.0)
+    other = endpoint(name="h200-fp16", backend="vllm", host=host.name, quantization="fp16")
+    nogpu = endpoint(name="bare-llama", backend="llamacpp", host="bare", quantization="gguf_q4_k_m")
+    novariant = endpoint(name="h200-unknown", backend="vllm", host=host.name)
+    novariant.variant = None
+    novariant.save()
+    measured_run({other: {1: (40.0, 50.0, 5.0, 190.0)}, nogpu: {1: (90.0, 100.0, 5.0, 180.0)},
+                  novariant: {1: (40.0, 50.0, 5.0, 190.0)}})
+    measured_run({fp8: {4: (60.0, 70.0, 6.0, 600.0)}}, status=Run.RUNNING)  # not finished
+    measured_run({fp8: {2: (60.0, 70.0, 6.0, 400.0)}}, load_mode="rate")  # rate mode
+    evidence = decisions.evidence_from_db()
+    measured = [e for e in evidence if e.kind == "measured"]
+    assert {(e.candidate, e.concurrency) for e in measured} == {
+        ("vllm-fp8", 1), ("vllm-fp8", 8), ("llamacpp-q4_k_m", 1), ("llamacpp-q4_k_m", 8)}
+    assert evidence.skipped == {"not one of the candidates (backend and variant)": 2,
+                                "GPU or its compute capability unknown": 1}
+    assert [e for e in evidence if e.kind == "published"] == decisions.published_v100_evidence()
+    e = next(e for e in measured if e.candidate == "vllm-fp8" and e.concurrency == 8)
+    assert (e.gpu_name, e.compute_capability, e.host_id) == ("NVIDIA H200", (9, 0), str(host.pk))
+    assert (e.ttft_p90_ms, e.aggregate_tok_s, e.prompt_tokens, e.output_tokens) == (95.0, 900.0, 512, 100)
+    assert e.url.startswith(run.get_absolute_url() + "#level-")
+    assert e.peak_memory_gib == 5980.0 / 1024  # the host's only GPU
+
+
+def test_evidence_comes_newest_first_and_prefers_the_endpoints_own_gpu():
+    host = h200_host()
+    Gpu.objects.create(host=host, index=1, name="NVIDIA L4", memory_total_mib=23034, compute_capability="8.9")
+    e = endpoint(name="l4-fp8", backend="vllm", host=host.name, quantization="fp8_e4m3")
+    e.gpus.set(host.gpus.filter(index=1))
+    old = measured_run({e: {1: (40.0, 50.0, 9.0, 100.0)}}, created=timezone.now() - timedelta(days=1), title="old")
+    new = measured_run({e: {1: (40.0, 50.0, 8.0, 120.0)}}, title="new")
+    measured = [ev for ev in decisions.evidence_from_db() if ev.kind == "measured"]
+    assert [ev.label.split(" · ")[0] for ev in measured] == ["new", "old"]
+    assert measured[0].url.startswith(new.get_absolute_url()) and old
+    assert (measured[0].gpu_name, measured[0].compute_capability) == ("NVIDIA L4", (8, 9))
+
+
+def test_evidence_labels_carry_the_levels_validity_flags():
+    host, run, fp8, q4 = h200_setup(900.0, 349.0)
+    LevelResult.objects.filter(endpoint=fp8, concurrency=8).update(
+        flags=[{"code": "throttled", "reason": "GPU throttled"}])
+    ev = next(e for e in decisions.evidence_from_db() if e.candidate == "vllm-fp8" and e.concurrency == 8)
+    assert ev.label.endswith("(flags: throttled)")
+
+
+def test_evidence_is_read_in_a_bounded_number_of_queries(django_assert_max_num_queries):
+    host, run, fp8, q4 = h200_setup(900.0, 349.0)
+    for i in range(15):
+        measured_run({fp8: {1: (40.0, 50.0, 5.0, 190.0), 2: (45.0, 55.0, 5.5, 360.0)},
+                      q4: {1: (97.0, 103.0, 4.4, 186.0)}}, title=f"sweep {i}")
+    with django_assert_max_num_queries(6):
+        evidence = decisions.evidence_from_db()
+    assert len([e for e in evidence if e.kind == "measured"]) == 4 + 15 * 3
+
+
+def test_the_host_gpu_spec_comes_from_the_inventory():
+    host = h200_host()
+    Gpu.objects.create(host=host, index=1, name="NVIDIA H200", memory_total_mib=143771, compute_capability="9.0")
+    spec = decisions.gpu_spec_from_host(host)
+    assert (spec.name, spec.compute_capability, spec.count, spec.host_id) == ("NVIDIA H200", (9, 0), 2, str(host.pk))
+    assert spec.vram_gib == pytest.approx(140.4, abs=0.1)
+
+
+# --- the form's messages ------------------------------------------------------------------
+
+def errors_for(**overrides):
+    f = DecisionForm(form(**overrides))
+    assert not f.is_valid()
+    return f.errors
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("compute_capability", "seven", "such as 7.0 or 9.0"),
+    ("compute_capability", "2.0", "from 3.0 to 15.9"),
+    ("compute_capability", "7.0.1", "such as 7.0"),
+    ("compute_capability", "", "state the compute capability"),
+    ("gpu_name", "  ", "Pick a registered host, or state the GPU model"),
+    ("vram_gib", "0", "greater than or equal to 1"),
+    ("vram_gib", "", "state the VRAM per GPU"),
+    ("gpu_count", "0", "greater than or equal to 1"),
+    ("interconnect", "carrier-pigeon", "Select a valid choice"),
+    ("users", "0", "greater than or equal to 1"),
+    ("users", "2000", "less than or equal to 1024"),
+    ("users", "", "This field is required"),
+    ("prompt_tokens", "0", "greater than or equal to 1"),
+    ("output_tokens", "lots", "Enter a whole number"),
+    ("context_tokens", "100", "at least 612 tokens"),
+    ("context_tokens", "200000", "handles at most 131072 tokens"),
+    ("ttft_p90_ms", "0", "greater than 0"),
+    ("tpot_ms", "-5", "greater than 0"),
+    ("min_user_tok_s", "nan", "Enter a number"),
+    ("priority", "vibes", "Select a valid choice"),
+    ("host", "987654", "Pick a registered host"),
+    ("host", "1.5", "Pick a registered host"),
+    ("model", "987654", "Pick a registered model"),
+])
+def test_it_rejects_bad_values_with_a_field_message(field, value, message):
+    assert message in " ".join(errors_for(**{field: value})[field])
+
+
+def test_it_rejects_a_host_without_gpus_in_the_inventory():
+    host = Host.objects.create(name="bare")
+    assert "has no GPU in the inventory" in " ".join(errors_for(host=host.pk)["host"])
+    Gpu.objects.create(host=host, index=0, name="Tesla V100-PCIE-16GB", memory_total_mib=16160)
+    assert "no valid compute capability" in " ".join(errors_for(host=host.pk)["host"])
+
+
+def test_it_rejects_a_registered_model_without_its_shape():
+    model = Model.objects.create(name="Mystery-7B", params_b=7.0)
+    assert "lacks layers, KV heads, head size, context length" in " ".join(errors_for(model=model.pk)["model"])
+
+
+def test_a_registered_model_brings_its_shape_and_variant_sizes(member):
+    model = Model.objects.create(name="Qwen2.5-7B-Instruct", params_b=7.62, layers=28, kv_heads=4, head_dim=128,
+                                 context_length=32768)
+    Variant.objects.create(model=model, name="Q4_K_M", quantization="gguf_q4_k_m", size_bytes=4_683_073_536)
+    r = api(member, {**V100_JSON, "model": model.pk})
+    rec = r.json()["recommendation"]
+    q4 = next(c for c in rec["ranked"] if c["key"] == "llamacpp-q4_k_m")
+    assert rec["model"]["name"] == "Qwen2.5-7B-Instruct" and q4["fit"]["weights_source"] == "the variant's size as given"
+    r = api(member, {**V100_JSON, "model": model.pk, "context_tokens": 65536})
+    assert r.status_code == 400 and "at most 32768" in r.json()["errors"]["context_tokens"][0]
+
+
+def test_a_picked_host_overrides_the_stated_gpu(member):
+    host, *_ = h200_setup(900.0, 349.0)
+    r = member.post(reverse("decision-new"), form(host=host.pk, compute_capability="7.0"), follow=True)
+    result = Decision.objects.get().result
+    assert result["gpu"]["name"] == "NVIDIA H200" and result["host"] == "h200-1"
+    assert "registered host <strong>h200-1</strong>" in r.content.decode()
+
+
+# --- the permalink ----------------------------------------------------------------------------
+
+def test_the_permalink_opens_logged_out_and_read_only(client):
+    decision = decisions.decision_create(owner=user(), inputs=_v100_inputs())
+    r = client.get(decision.get_absolute_url())
+    page = r.content.decode()
+    assert r.status_code == 200 and "Run llama.cpp Q4_K_M" in page
+    assert "<form" not in page.split("<main>")[1]  # nothing to submit, no change link
+    assert "Change the workload" not in page
+
+
+def _v100_inputs(**overrides):
+    f = DecisionForm(form(**overrides))
+    assert f.is_valid(), f.errors
+    return f.inputs
+
+
+def test_the_permalink_requires_login_when_configured(client, settings):
+    settings.PERMALINKS_REQUIRE_LOGIN = True
+    decision = decisions.decision_create(owner=user(), inputs=_v100_inputs())
+    r = client.get(decision.get_absolute_url())
+    assert r.status_code == 302 and reverse("login") in r.url
+    client.force_login(user())
+    assert client.get(decision.get_absolute_url()).status_code == 200
+
+
+@pytest.mark.parametrize("public_id", ["nope", "a" * 40, "%00", "x%00y"])
+def test_an_unknown_permalink_is_a_404(client, public_id):
+    assert client.get(f"/d/{public_id}/").status_code == 404
+
+
+def test_the_page_shows_no_secrets(member):
+    host = h200_host()
+    e = endpoint(name="h200-vllm-fp8", backend="vllm", host=host.name, quantization="fp8_e4m3",
+                 api_key="sk-very-secret-key")
+    measured_run({e: {1: (40.0, 48.0, 5.0, 190.0)}})
+    page = member.post(reverse("decision-new"), form(host=host.pk, users=4), follow=True).content.decode()
+    assert "h200-vllm-fp8" in page and "sk-very-secret-key" not in page
+
+
+def test_change_the_workload_starts_from_the_saved_inputs(member):
+    decision = decisions.decision_create(owner=user(), inputs=_v100_inputs(users=3, tpot_ms="50"))
+    f = member.get(reverse("decision-new") + f"?from={decision.public_id}").context["form"]
+    assert f["users"].value() == 3 and f["tpot_ms"].value() == 50 and f["gpu_name"].value() == "Tesla V100-PCIE-16GB"
+    assert member.get(reverse("decision-new") + "?from=%00").status_code == 200
+
+
+# --- measure this next ----------------------------------------------------------------------
+
+def test_measure_next_links_prefill_the_run_form(member):
+    host, run, fp8, q4 = h200_setup(900.0, 349.0)
+    page = member.post(reverse("decision-new"), form(host=host.pk, users=4, priority="throughput"),
+                       follow=True)
+    links = {m["candidate"]: m for m in page.context["measure_next"]}
+    # 4 users lies between the measured 1 and 8: interpolated, so measure it.
+    assert set(links) == {"vllm-fp8", "llamacpp-q4_k_m", "vllm-awq"}
+    assert links["vllm-fp8"]["url"] in page.content.decode().replace("&amp;", "&")
+    f = member.get(links["vllm-fp8"]["url"]).context["form"]
+    assert [str(v) for v in f["endpoints"].value()] == [str(fp8.pk)]
+    assert f["concurrency_levels"].value() == "1,2,4"
+    assert str(f["prompt_tokens"].value()) == "512" and str(f["output_tokens"].value()) == "100"
+    assert "Measure vLLM FP8" in f["title"].value()
+    f = member.get(links["llamacpp-q4_k_m"]["url"]).context["form"]
+    assert [str(v) for v in f["endpoints"].value()] == [str(q4.pk)]
+
+
+def test_measure_next_says_when_no_endpoint_serves_the_candidate(client):
+    host, *_ = h200_setup(900.0, 349.0)
+    decision = decisions.decision_create(owner=user(), inputs=h200_inputs(host, users=8))
+    client.force_login(user())
+    page = client.get(decision.get_absolute_url()).content.decode()
+    assert "No enabled vLLM AWQ endpoint (vllm, awq) is registered on h200-1" in page
+    assert "Ask a staff member" in page and reverse("admin:benchmarks_endpoint_add") not in page
+    client.force_login(user("root", staff=True))
+    assert reverse("admin:benchmarks_endpoint_add") in client.get(decision.get_absolute_url()).content.decode()
+
+
+def test_a_logged_out_reader_is_asked_to_log_in_before_measuring(client):
+    host, *_ = h200_setup(900.0, 349.0)
+    decision = decisions.decision_create(owner=user(), inputs=h200_inputs(host, users=4))
+    page = client.get(decision.get_absolute_url()).content.decode()
+    assert 'class="button measure"' not in page
+    assert f'href="{reverse("login")}?next={quote(reverse("run-new"))}%3Fendpoints%3D' in page
+
+
+def test_measure_next_for_a_stated_gpu_finds_endpoints_on_the_same_gpu_model():
+    host, run, fp8, q4 = h200_setup(900.0, 349.0)
+    inputs = {**h200_inputs(None, users=4), "host": None, "gpu_name": "NVIDIA H200",
+              "compute_capability": "9.0", "vram_gib": 140.0}
+    links = {m["candidate"]: m for m in decisions.measure_next_links(decisions.decision_compute(inputs=inputs))}
+    assert links["vllm-fp8"]["endpoints"] == [fp8] and links["vllm-awq"]["url"] is None
+
+
+# --- the JSON API -------------------------------------------------------------------------
+
+def test_the_api_requires_login(client):
+    r = api(client, V100_JSON)
+    assert r.status_code == 401 and "log in" in r.json()["error"]
+
+
+def test_the_api_refuses_get(member):
+    r = member.get(API)
+    assert r.status_code == 405 and r["Allow"] == "POST"
+
+
+@pytest.mark.parametrize("body, message", [
+    ("{", "not valid JSON"),
+    (b"\xff\xfe", "not valid JSON"),
+    ("[" * 100000, "not valid JSON"),
+    ("[1, 2]", "JSON object"),
+    ('"users"', "JSON object"),
+    (json.dumps({**V100_JSON, "tpot": 5}), "unknown fields: tpot"),
+    (json.dumps({**V100_JSON, "save": "yes"}), "save must be true or false"),
+])
+def test_the_api_rejects_a_malformed_body_with_the_reason(member, body, message):
+    r = api(member, body)
+    assert r.status_code == 400 and message in r.json()["error"]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("users", 0, "greater than or equal to 1"),
+    ("users", 1.5, "Enter a whole number"),
+    ("users", True, "Enter a whole number"),
+    ("compute_capability", 99, "from 3.0 to 15.9"),
+    ("vram_gib", "sixteen", "Enter a number"),
+    ("host", True, "Pick a registered host"),
+    ("host", 10**30, "Pick a registered host"),
+    ("ttft_p90_ms", -1, "greater than 0"),
+    ("priority", ["throughput"], "Select a valid choice"),
+])
+def test_the_api_answers_field_errors(member, field, value, message):
+    r = api(member, {**V100_JSON, field: value})
+    assert r.status_code == 400 and message in " ".join(r.json()["errors"][field])
+
+
+def test_the_api_accepts_a_number_for_the_compute_capability_and_defaults_the_rest(member):
+    r = api(member, {"gpu_name": "NVIDIA H200", "compute_capability": 9.0, "vram_gib": 141, "users": 1,
+                     "prompt_tokens": 512, "output_tokens": 100})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["inputs"]["priority"] == "single_user_speed" and body["inputs"]["gpu_count"] == 1
+    assert body["recommendation"]["workload"]["context_tokens"] == 612
+    assert next(c for c in body["recommendation"]["ranked"] if c["key"] == "vllm-fp8")["eligible"]
+
+
+def test_the_api_takes_the_session_csrf_token_like_any_post():
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user())
+    assert api(strict, V100_JSON).status_code == 403
+    strict.get(reverse("decision-new"))  # sets the csrftoken cookie
+    r = api(strict, V100_JSON, HTTP_X_CSRFTOKEN=strict.cookies["csrftoken"].value)
+    assert r.status_code == 200 and r.json()["recommendation"]["recommended"] == "llamacpp-q4_k_m"
+
+
+def test_the_api_saves_when_asked_and_returns_the_permalink(member):
+    r = api(member, {**V100_JSON, "save": True})
+    assert r.status_code == 201
+    decision = Decision.objects.get()
+    assert r.json()["permalink"] == "http://testserver" + decision.get_absolute_url()
+    assert r.json()["recommendation"]["recommended"] == decision.recommended == "llamacpp-q4_k_m"
+    assert member.get(decision.get_absolute_url()).status_code == 200
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+_field_values = {
+    "host": st.none() | st.integers(-2, 5) | _json, "model": st.none() | st.integers(-2, 5) | _json,
+    "gpu_name": st.text(max_size=120) | _json,
+    "compute_capability": st.sampled_from(["7.0", "9.0", "8.9", "15.9", "3.0", "7.5"]) | _json,
+    "vram_gib": st.floats(-10, 2000) | _json, "gpu_count": st.integers(-1, 100) | _json,
+    "interconnect": st.sampled_from(["pcie", "nvlink", ""]) | _json,
+    "users": st.integers(-1, 1100) | _json, "prompt_tokens": st.integers(-1, 200000) | _json,
+    "output_tokens": st.integers(-1, 200000) | _json,
+    "context_tokens": st.none() | st.integers(-1, 300000) | _json,
+    "ttft_p90_ms": st.none() | st.floats() | _json, "tpot_ms": st.none() | st.floats() | _json,
+    "min_user_tok_s": st.none() | st.floats() | _json,
+    "priority": st.sampled_from(["single_user_speed", "throughput", "memory_headroom"]) | _json,
+    "save": st.booleans() | _json,
+}
+
+
+@hsettings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_api_never_answers_500(member, data):
+    host = Host.objects.filter(name="h200-1").first() or h200_setup(900.0, 349.0)[0]
+    fields = {**_field_values, "host": st.sampled_from([host.pk, None]) | _field_values["host"]}
+    changes = st.fixed_dictionaries({}, optional=fields)
+    plausible = st.fixed_dictionaries({}, optional={
+        "host": st.sampled_from([host.pk, None]), "compute_capability": _field_values["compute_capability"],
+        "vram_gib": st.floats(1, 200), "gpu_count": st.integers(1, 8), "users": st.integers(1, 1024),
+        "prompt_tokens": st.integers(1, 20000), "output_tokens": st.integers(1, 4000),
+        "context_tokens": st.none() | st.integers(1, 140000), "ttft_p90_ms": st.none() | st.floats(1, 5000),
+        "tpot_ms": st.none() | st.floats(1, 500), "min_user_tok_s": st.none() | st.floats(1, 500),
+        "priority": _field_values["priority"], "save": st.booleans()})
+    body = data.draw(changes | _json | changes.map(lambda c: {**V100_JSON, **c})
+                     | plausible.map(lambda c: {**V100_JSON, **c}))
+    r = api(member, body)
+    event(f"status {r.status_code}")
+    assert r.status_code in (200, 201, 400), r.content
+    assert r.json()
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=200))
+def test_the_api_never_answers_500_to_raw_bytes(member, raw):
+    assert api(member, raw).status_code == 400

