@@ -66,8 +66,6 @@ class VariantAdmin(admin.ModelAdmin):
 class EndpointAdminForm(forms.ModelForm):
     """The API key is write-only: the form never renders it; leaving it blank keeps it."""
 
-    base_url = forms.URLField(label="Base URL", max_length=300, assume_scheme="http",
-                              help_text="Server root, without /v1, e.g. http://gpu1:8000")
     api_key = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False),
                               help_text="Write-only. Leave blank to keep the stored key.")
     clear_api_key = forms.BooleanField(required=False, label="Remove the stored API key")

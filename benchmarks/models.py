@@ -10,6 +10,51 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 
+# Addresses a benchmark server never has: cloud metadata services and link-local ranges. A
+# worker must not be pointed at them (it would send them requests and store the answers).
+FORBIDDEN_HOSTS = {"metadata.google.internal", "metadata", "instance-data"}
+
+
+def endpoint_url_problem(url: str) -> str:
+    """Why `url` cannot be an endpoint's base URL, or "" when it can."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # raises ValueError for a port out of range
+    except ValueError as exc:
+        return f"Not a valid URL: {exc}."
+    if parts.scheme not in ("http", "https"):
+        return "Use an http:// or https:// URL."
+    if not host:
+        return "The URL has no host."
+    if parts.username or parts.password:
+        return "Put credentials in the API key field, not in the URL."
+    if parts.query or parts.fragment:
+        return "The base URL takes no query string or fragment."
+    if parts.path.rstrip("/").endswith("/v1"):
+        return "Give the server root without /v1 (the client adds /v1/... itself)."
+    if host.lower() in FORBIDDEN_HOSTS:
+        return f"{host} is a metadata service, not an inference server."
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return ""
+    if ip.is_link_local or ip.is_multicast or ip.is_unspecified:
+        return f"{host} is a link-local, multicast or unspecified address, not an inference server."
+    return ""
+
+
+def validate_endpoint_url(url: str) -> None:
+    from django.core.exceptions import ValidationError
+
+    problem = endpoint_url_problem(url)
+    if problem:
+        raise ValidationError(problem)
+
+
 def new_public_id() -> str:
     """128 random bits, URL-safe: permalinks nobody can guess or enumerate."""
     return secrets.token_urlsafe(16)
@@ -117,8 +162,8 @@ class Endpoint(models.Model):
     name = models.CharField(max_length=100, unique=True)
     host = models.ForeignKey(Host, models.PROTECT, related_name="endpoints")
     backend = models.CharField(max_length=20, choices=BACKENDS)
-    base_url = models.URLField("base URL", max_length=300,
-                               help_text="Server root, without /v1, e.g. http://gpu1:8000")
+    base_url = models.CharField("base URL", max_length=300, validators=[validate_endpoint_url],
+                                help_text="Server root, without /v1, e.g. http://gpu1:8000")
     model_name = models.CharField("served model id", max_length=200, blank=True,
                                   help_text="The id in /v1/models; blank = the only one served.")
     variant = models.ForeignKey(Variant, models.SET_NULL, null=True, blank=True, related_name="endpoints")
@@ -141,6 +186,8 @@ class Endpoint(models.Model):
     @property
     def has_api_key(self) -> bool:
         return bool(self.api_key)
+
+
 
     def target(self):
         from benchmarks.engine.client import Target

@@ -10,6 +10,10 @@ def run_list(*, limit: int = 200) -> QuerySet[Run]:
     return Run.objects.select_related("owner").prefetch_related("endpoints")[:limit]
 
 
+def runs_in_flight(user) -> int:
+    return Run.objects.filter(owner=user, status__in=[Run.QUEUED, Run.RUNNING]).count()
+
+
 def run_by_public_id(public_id: str) -> Run:
     return Run.objects.select_related("owner").get(public_id=public_id)
 

@@ -26,7 +26,7 @@ def run_list(request):
 @login_required
 def run_new(request):
     # GET parameters pre-fill the form ("measure this next" links from the decision page).
-    form = RunForm(request.POST or None, initial=_prefill(request.GET))
+    form = RunForm(request.POST or None, initial=_prefill(request.GET), user=request.user)
     if request.method == "POST" and form.is_valid():
         run = services.run_create(owner=request.user, **form.cleaned_data)
         messages.success(request, "Run queued. This page updates as it progresses.")

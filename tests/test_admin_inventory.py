@@ -65,4 +65,4 @@ def test_an_endpoint_url_must_be_a_url(client):
     e = endpoint()
     client.force_login(user("root", staff=True))
     r = client.post(reverse("admin:benchmarks_endpoint_change", args=[e.id]), endpoint_post(e, base_url="not a url"))
-    assert r.status_code == 200 and "Enter a valid URL" in r.content.decode()
+    assert r.status_code == 200 and "Use an http:// or https:// URL" in r.content.decode()

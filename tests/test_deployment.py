@@ -29,19 +29,15 @@ COMPOSE_FILES = [TEAM, GPU, SERVERS]
 APP_SERVICES = {TEAM: ["migrate", "web", "worker"], GPU: ["gpu-worker"]}
 
 # Read by settings.py once the change proposed in docker/README.md ("Behind HTTPS") is in;
-# compose passes them through already.
-PROPOSED_SETTINGS_VARS = {
-    "HTTPS", "SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE",
-    "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD",
-    "WHITENOISE_USE_FINDERS",
-}
+# the image sets it already.
+PROPOSED_SETTINGS_VARS = {"WHITENOISE_USE_FINDERS"}
 # Variables of the app containers that other programs read.
 OTHER_READERS = {
     "WEB_CONCURRENCY", "FORWARDED_ALLOW_IPS", "GUNICORN_CMD_ARGS",  # gunicorn
     "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_VISIBLE_DEVICES",  # NVIDIA Container Toolkit
 }
 # Settings that only change how the web app serves pages: a worker needs none of them.
-WEB_ONLY = re.compile(r"^(HTTPS|SECURE_|SESSION_COOKIE_|CSRF_COOKIE_|WHITENOISE_)")
+WEB_ONLY = re.compile(r"^(HTTPS|BEHIND_TLS_PROXY|SECURE_|SESSION_COOKIE_|CSRF_COOKIE_|WHITENOISE_)")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -238,7 +234,9 @@ def test_team_settings_defaults():
     env = services(TEAM)["web"]["environment"]
     assert resolve_defaults(env["DEBUG"]) == "false"
     assert resolve_defaults(env["HOST_QUEUES"]) == "true"
-    assert resolve_defaults(env["REQUIRE_SECRET_KEY"]) == "true"
+    # Plain http on port 8000 unless a TLS proxy is put in front (DEPLOYMENT=production).
+    assert resolve_defaults(env["DEPLOYMENT"]) == "local"
+    assert resolve_defaults(services(GPU)["gpu-worker"]["environment"]["DEPLOYMENT"]) == "local"
     assert env["SECRET_KEY_FILE"] == "${SECRET_KEY_FILE-/run/secrets/secret_key}"
     assert "postgres://" in env["DATABASE_URL"] and "@db:5432/" in env["DATABASE_URL"]
     assert "redis://" in env["CELERY_BROKER_URL"] and "@redis:6379/" in env["CELERY_BROKER_URL"]

@@ -31,10 +31,14 @@ def envsecret(name, default=None):
 
 
 DEBUG = envbool("DEBUG", "False")
+# "production": HTTPS only (secure cookies, HSTS, redirect), a SECRET_KEY from the environment.
+# "local" (default): plain http://127.0.0.1 on one machine.
+DEPLOYMENT = os.environ.get("DEPLOYMENT", "local")
+PRODUCTION = DEPLOYMENT == "production"
 SECRET_KEY = envsecret("SECRET_KEY")
 if not SECRET_KEY:
-    if not DEBUG and envbool("REQUIRE_SECRET_KEY", "False"):
-        raise RuntimeError("SECRET_KEY (or SECRET_KEY_FILE) must be set")
+    if PRODUCTION:
+        raise RuntimeError("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEPLOYMENT=production")
     # A per-checkout key kept under var/ so sessions survive restarts on one machine.
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     key_file = VAR_DIR / "secret_key"
@@ -46,6 +50,17 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", "True")
+    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", "31536000")
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "True")
+    SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", "True")
+    if envbool("BEHIND_TLS_PROXY", "True"):
+        # TLS ends at the reverse proxy, which says so in X-Forwarded-Proto.
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
 SITE_NAME = os.environ.get("SITE_NAME", "v100site")
 # Permalinks (runs, comparisons, decisions, imports) open without login unless this is set.
 PERMALINKS_REQUIRE_LOGIN = envbool("PERMALINKS_REQUIRE_LOGIN", "False")
@@ -123,7 +138,9 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-WHITENOISE_USE_FINDERS = True  # serve straight from the finders in development and tests
+# Finders serve static files straight from their source folders (one machine, tests: no
+# collectstatic needed). The Docker image collects them at build time and sets this false.
+WHITENOISE_USE_FINDERS = envbool("WHITENOISE_USE_FINDERS", "True")
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 # Celery: an embedded filesystem broker by default, Redis (or any kombu URL) for a team.

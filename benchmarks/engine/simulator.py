@@ -10,7 +10,10 @@ Latency model: a request waits for one of `slots`, then its prefill takes
 
 It knows the truth: with `truth=True` it records, on the machine's monotonic clock (the same
 clock as `time.perf_counter()` in the client on Linux), when each request was received and
-when each chunk was written (GET /_truth).
+when each chunk was written (GET /_truth): per request `received` (its body fully read),
+`id` (the X-Request-Id header, if any), `prompt` (`prompt_key` of the prompt, to match a
+client's request by content), `start` (a slot was free), `due` and `step` (chunk k was due at
+`due + k * step`: the schedule) and `chunks` (when each chunk was handed to the socket).
 
 Faults for tests (`fault`, applied to every `fault_every`-th request): http500, reset (the
 connection is dropped mid-stream), stall (stops writing mid-stream), malformed (a non-JSON
@@ -55,6 +58,13 @@ class SimConfig:
     max_keepalive_requests: int = 0  # drop the request after N on one connection (0 = never)
     truth: bool = False
     vocab: int = 32000
+
+
+def prompt_key(prompt) -> int:
+    """A short fingerprint of a prompt (a string or a list of token ids), recorded in the truth
+    so that a client's request can be matched to it by content."""
+    text = prompt if isinstance(prompt, str) else ",".join(map(str, prompt))
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
 
 
 def count_tokens(prompt) -> list[int]:
@@ -105,7 +115,7 @@ class Simulator:
                     # request is read and dropped without a byte of response.
                     return
                 close = headers.get("connection", "").lower() == "close"
-                keep = await self.route(method, path.split("?")[0], body, writer, received, close)
+                keep = await self.route(method, path.split("?")[0], body, writer, received, close, headers)
                 if not keep or close:
                     return
         except (ConnectionError, asyncio.CancelledError):
@@ -127,7 +137,7 @@ class Simulator:
         await writer.drain()
         return not close
 
-    async def route(self, method, path, body, writer, received, close) -> bool:
+    async def route(self, method, path, body, writer, received, close, headers=None) -> bool:
         cfg = self.config
         if method == "GET" and path == "/health":
             return await self.respond(writer, 200, {"status": "ok"} if cfg.dialect == "llamacpp" else b"", close)
@@ -158,11 +168,11 @@ class Simulator:
                 out.update(count=len(ids), max_model_len=4096)
             return await self.respond(writer, 200, out, close)
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            return await self.generate(path, body, writer, received, close)
+            return await self.generate(path, body, writer, received, close, headers or {})
         return await self.respond(writer, 404, {"error": {"message": f"no route {method} {path}"}}, close)
 
     # ------------------------------------------------------------------ generation
-    async def generate(self, path, body, writer, received, close) -> bool:
+    async def generate(self, path, body, writer, received, close, headers=None) -> bool:
         cfg = self.config
         chat = path.endswith("chat/completions")
         try:
@@ -184,7 +194,8 @@ class Simulator:
         fault = cfg.fault if cfg.fault != "none" and self.request_count % max(cfg.fault_every, 1) == 0 else "none"
         if fault == "http500":
             return await self.respond(writer, 500, {"error": {"message": "simulated internal error"}}, close)
-        truth = {"received": received, "chunks": []} if cfg.truth else None
+        truth = {"received": received, "id": (headers or {}).get("x-request-id"),
+                 "prompt": prompt_key(prompt), "chunks": []} if cfg.truth else None
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n" +
                      (b"Connection: close\r\n\r\n" if close else b"Connection: keep-alive\r\n\r\n"))
@@ -209,6 +220,8 @@ class Simulator:
                                                              "finish_reason": None}]}))
                 first_at = start + prefill_s
                 decode_s = cfg.decode_ms / 1000.0
+                if truth is not None:
+                    truth.update(start=start, due=first_at, step=decode_s)
                 for k in range(n_out):
                     await _sleep_until(first_at + k * decode_s)
                     if fault in ("reset", "stall", "malformed", "error_chunk", "truncate") and k == cfg.fault_after_tokens:
@@ -248,9 +261,14 @@ class Simulator:
                         else:
                             c["text"] = p
                         writer.write(event({**base, "choices": [c]}))
-                        await writer.drain()
                         if truth is not None:
+                            # Right after write(): the bytes are in the kernel's socket buffer
+                            # (asyncio sends at once when nothing is queued).
                             truth["chunks"].append(time.perf_counter())
+                            if writer.transport.get_write_buffer_size():
+                                # Not sent yet (the client reads slowly): this time is early.
+                                truth["buffered"] = truth.get("buffered", 0) + 1
+                        await writer.drain()
                         if fault == "slow_drip":
                             await asyncio.sleep(decode_s)
                     self.tokens_predicted += 1

@@ -1,10 +1,8 @@
 import os
 
 from django.core.management.base import BaseCommand, CommandError
-from django.core.validators import URLValidator
-from django.core.exceptions import ValidationError
 
-from benchmarks.models import Endpoint, Host, Model, Variant
+from benchmarks.models import Endpoint, Host, Model, Variant, endpoint_url_problem
 
 
 class Command(BaseCommand):
@@ -24,10 +22,9 @@ class Command(BaseCommand):
         parser.add_argument("--api-key-env", default="", help="name of an environment variable holding the key")
 
     def handle(self, *args, **o):
-        try:
-            URLValidator(schemes=["http", "https"])(o["url"])
-        except ValidationError:
-            raise CommandError(f"--url {o['url']!r} is not an http(s) URL")
+        problem = endpoint_url_problem(o["url"])
+        if problem:
+            raise CommandError(f"--url: {problem}")
         host, _ = Host.objects.get_or_create(name=o["host"])
         variant = None
         if o["model"]:
