@@ -145,6 +145,21 @@ def timeline_figure(title: str, requests: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------- telemetry over time
+def _level_points(levels: list[dict], values) -> list[tuple]:
+    """(t from the first level, level label, [values]) per sample, downsampled per level, with
+    an empty point after each level so that lines do not join across the gap between levels."""
+    points = []
+    per_level = max(2, MAX_POINTS // max(len(levels), 1))
+    for lv in levels:
+        s = lv["series"]
+        ts = s.get("t") or []
+        rows = [(lv["offset_s"] + t, lv["label"], values(s, i)) for i, t in enumerate(ts)]
+        if rows:
+            points += stride(rows, per_level)
+            points.append((rows[-1][0], None, [None] * len(rows[-1][2])))
+    return points
+
+
 def _boundaries(levels: list[dict]) -> tuple[list, list]:
     shapes, notes = [], []
     for lv in levels:
@@ -168,19 +183,14 @@ def gpu_figure(levels: list[dict]) -> dict:
         layout[axis] = {"title": {"text": title}, "domain": [max(0, top - 1 / n + 0.04), top], "rangemode": "tozero"}
     gpus = sorted({g for lv in levels for g in (lv["series"].get("gpus") or {})})
     for g in gpus:
-        points = []
-        for lv in levels:
-            s = lv["series"]
-            metrics = (s.get("gpus") or {}).get(g) or {}
-            for i, t in enumerate(s.get("t") or []):
-                points.append((lv["offset_s"] + t, lv["label"], [_at(metrics.get(key), i) for key, _, _ in GPU_METRICS]))
-        points = stride(points, MAX_POINTS)
+        points = _level_points(levels, lambda s, i: [_at(((s.get("gpus") or {}).get(g) or {}).get(key), i)
+                                                     for key, _, _ in GPU_METRICS])
         xs = [_r(p[0]) for p in points]
         for k, (key, title, scale) in enumerate(GPU_METRICS, start=1):
             data.append({"type": "scatter", "mode": "lines", "name": f"GPU {g} {title}", "x": xs,
                          "y": [None if p[2][k - 1] is None else _r(p[2][k - 1] * scale, 3) for p in points],
                          "yaxis": "y" if k == 1 else f"y{k}", "legendgroup": f"gpu{g}", "showlegend": k == 1})
-        rows += [[g, _r(p[0]), p[1], *[p[2][k] for k in range(n)]] for p in points]
+        rows += [[g, _r(p[0]), p[1], *p[2]] for p in points if p[1] is not None]
     shapes, notes = _boundaries(levels)
     layout.update(shapes=shapes, annotations=notes)
     return figure(data, layout, ["gpu", "t (s)", "level", *[key for key, _, _ in GPU_METRICS]], rows)
@@ -188,19 +198,15 @@ def gpu_figure(levels: list[dict]) -> dict:
 
 def server_figure(levels: list[dict]) -> dict:
     """The server's own queue depth and KV-cache use (scraped /metrics) over the run."""
-    data, rows, points = [], [], []
-    for lv in levels:
-        s = lv["series"]
-        for i, t in enumerate(s.get("t") or []):
-            points.append((lv["offset_s"] + t, lv["label"], [_at(s.get(key), i) for key, _ in SERVER_METRICS]))
-    points = stride(points, MAX_POINTS)
+    data = []
+    points = _level_points(levels, lambda s, i: [_at(s.get(key), i) for key, _ in SERVER_METRICS])
     xs = [_r(p[0]) for p in points]
     for k, (key, title) in enumerate(SERVER_METRICS):
         ys = [p[2][k] for p in points]
         if any(v is not None for v in ys):
             data.append({"type": "scatter", "mode": "lines", "name": title, "x": xs, "y": ys,
                          "yaxis": "y2" if key == "kv_cache_usage" else "y"})
-    rows = [[_r(p[0]), p[1], *p[2]] for p in points]
+    rows = [[_r(p[0]), p[1], *p[2]] for p in points if p[1] is not None]
     shapes, notes = _boundaries(levels)
     return figure(data, {"title": {"text": "Server queue and KV cache (its /metrics)"},
                          "xaxis": {"title": {"text": "seconds from the first level"}},

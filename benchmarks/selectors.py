@@ -72,7 +72,8 @@ def run_series(run: Run) -> list[dict]:
     from benchmarks.compare import fingerprint
 
     levels = list(run.levels.select_related("endpoint__host", "endpoint__variant")
-                  .prefetch_related("endpoint__gpus", "endpoint__host__gpus").order_by("endpoint__name", "level_index"))
+                  .prefetch_related("endpoint__gpus", "endpoint__host__gpus").defer("gpu_series", "server_series")
+                  .order_by("endpoint__name", "level_index"))
     by_endpoint: dict[int, dict] = {}
     for lv in levels:
         e = lv.endpoint
@@ -114,20 +115,32 @@ def report_series(report) -> dict:
             "levels": points}
 
 
+RESULT_COLUMNS = ("level_id", "index", "sent", "first_content", "end", "prompt_tokens", "output_tokens",
+                  "client_output_tokens", "timings", "error")
+
+
+def _as_result(row):
+    from benchmarks.engine.metrics import RequestResult
+
+    _, index, sent, first, end, p_tok, o_tok, c_tok, timings, error = row
+    return RequestResult(index=index, sent=sent, prompt_tokens_asked=0, output_tokens_asked=0, first_content=first,
+                         chunk_times=[end] if end is not None else [], prompt_tokens=p_tok, output_tokens=o_tok,
+                         client_output_tokens=c_tok, timings=timings, error=error)
+
+
 def level_results(level: LevelResult):
     """The level's requests as engine RequestResults (without chunk times), so every derived
     figure uses the one definition in engine.metrics."""
-    from benchmarks.engine.metrics import RequestResult
+    rows = RequestRecord.objects.filter(level=level).order_by("index").values_list(*RESULT_COLUMNS)
+    return [_as_result(row) for row in rows]
 
-    rows = RequestRecord.objects.filter(level=level).order_by("index").values_list(
-        "index", "sent", "first_content", "end", "prompt_tokens", "output_tokens", "client_output_tokens",
-        "timings", "error")
-    out = []
-    for index, sent, first, end, p_tok, o_tok, c_tok, timings, error in rows:
-        r = RequestResult(index=index, sent=sent, prompt_tokens_asked=0, output_tokens_asked=0, first_content=first,
-                          chunk_times=[end] if end is not None else [], prompt_tokens=p_tok, output_tokens=o_tok,
-                          client_output_tokens=c_tok, timings=timings, error=error)
-        out.append(r)
+
+def run_results_by_level(run: Run) -> dict[int, list]:
+    """All of a run's requests as RequestResults, grouped by level id, in one query."""
+    out: dict[int, list] = {}
+    rows = RequestRecord.objects.filter(level__run=run).order_by("level_id", "index").values_list(*RESULT_COLUMNS)
+    for row in rows:
+        out.setdefault(row[0], []).append(_as_result(row))
     return out
 
 
@@ -138,7 +151,7 @@ def run_levels_with_endpoint(run: Run) -> list[LevelResult]:
 
 def telemetry_levels(run: Run, field: str) -> list[dict]:
     """Per level: label, offset from the first level's start, and its stored series."""
-    levels = list(run.levels.select_related("endpoint").only("id", "started_at", "concurrency", "rate",
+    levels = list(run.levels.select_related("endpoint").only("id", "run", "started_at", "concurrency", "rate",
                                                              "endpoint__name", field).order_by("started_at"))
     if not levels:
         return []

@@ -100,8 +100,9 @@ def _chart(run: Run, name: str, params) -> dict | None:
     if name in ("ttft", "tpot", "e2e"):
         title = {"ttft": "Time to first token", "tpot": "Time per output token", "e2e": "End-to-end latency"}[name]
         groups = []
+        results = selectors.run_results_by_level(run)
         for level in selectors.run_levels_with_endpoint(run):
-            values = [getattr(r, name) * 1000 for r in selectors.level_results(level)
+            values = [getattr(r, name) * 1000 for r in results.get(level.id, [])
                       if r.ok and getattr(r, name) is not None]
             groups.append({"name": f"{level.endpoint.name} {level.load_label}", "values": values,
                            "stats": level.summary.get(f"{name}_ms") or {}})

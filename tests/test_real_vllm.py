@@ -38,6 +38,13 @@ DECODE_REL_TOL = 0.02
 # Our TTFT includes what vLLM's does not (HTTP request and SSE response on loopback, request
 # parsing before vLLM stamps its arrival time). Measured: ours exceeded vLLM's mean by 3-22 ms.
 TTFT_OVERHEAD_MAX_S = 0.100
+# Once (of 60 levels measured) a level was off by +266 ms TTFT and +10.9 % decode while other
+# engineers' builds kept this 2-core machine at a load average of 6: the client had not been
+# scheduled for a while. Such a level is measured again, up to MAX_ATTEMPTS times, but only when
+# the client's own event loop shows the stall (ticks late by more than STALL_MS; 4-25 ms was
+# normal under that load); any disagreement without a stall fails at once.
+STALL_MS = 50.0
+MAX_ATTEMPTS = 3
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +141,7 @@ def test_the_engine_measures_real_vllm(vllm_server):
 
 def test_ttft_and_decode_agree_with_vllms_own_metrics(vllm_server):
     n = 8
-    snapshots: dict[int, dict] = {}
+    before: dict[int, dict] = {}
 
     async def go():
         s = session_for(vllm_server, [1, 4], n)
@@ -147,38 +154,55 @@ def test_ttft_and_decode_agree_with_vllms_own_metrics(vllm_server):
             # measure_level opens its connections with tiny requests first (1 token each: they
             # would land in vLLM's TTFT histogram); the "before" snapshot comes after them.
             await open_connections(k)
-            snapshots[k] = await asyncio.to_thread(settled, vllm_server)
+            before[k] = await asyncio.to_thread(settled, vllm_server)
 
         s.open_connections = open_then_snapshot
-        pairs = []
         for c in (1, 4):
-            outcome = await s.measure_level(c, n)
-            pairs.append((outcome, snapshots[c], await asyncio.to_thread(settled, vllm_server)))
+            for attempt in range(1, MAX_ATTEMPTS + 1):
+                outcome = await s.measure_level(c, n)
+                after = await asyncio.to_thread(settled, vllm_server)
+                problem = compare_level(outcome, before[c], after, n)
+                if problem is None:
+                    break
+                # A client that was not scheduled for a while (this machine's 2 cores are
+                # shared) times chunks late: the product flags such a level (client_saturated)
+                # and it is no measurement. Measure it again; any other disagreement fails.
+                lag = outcome.client.get("loop_lag_ms_max") or 0
+                assert lag > STALL_MS and attempt < MAX_ATTEMPTS, f"{problem} (client loop lag max {lag:.0f} ms)"
+                print(f"\nvLLM c={c}: client stalled {lag:.0f} ms, measuring again: {problem}")
         await s.close()
-        return pairs
 
-    for outcome, before, after in asyncio.run(go()):
-        c = outcome.concurrency
-        assert all(r.ok for r in outcome.results), [r.error for r in outcome.results if not r.ok]
-        assert all(r.output_tokens == OUTPUT for r in outcome.results)
-        itl = next((name for name in ITL_NAMES if name + "_count" in after), None)
-        assert itl, f"none of {ITL_NAMES} in /metrics"
+    asyncio.run(go())
 
-        def delta(name: str) -> float:
-            return after[name] - before.get(name, 0.0)
 
-        # The window holds exactly our requests: one TTFT and OUTPUT - 1 gaps each.
-        assert delta(TTFT + "_count") == n
-        assert delta(itl + "_count") == n * (OUTPUT - 1)
-        their_ttft = delta(TTFT + "_sum") / n
-        their_decode = delta(itl + "_count") / delta(itl + "_sum")
-        our_ttft = sum(r.ttft for r in outcome.results) / n
-        our_decode = 1 / (sum(r.tpot for r in outcome.results) / n)
-        print(f"\nvLLM c={c} n={n}: TTFT ours {our_ttft * 1000:.1f} ms, vLLM {their_ttft * 1000:.1f} ms "
-              f"(+{(our_ttft - their_ttft) * 1000:.1f} ms); decode ours {our_decode:.2f} tok/s, "
-              f"vLLM {their_decode:.2f} tok/s ({our_decode / their_decode - 1:+.2%})")
-        assert our_decode == pytest.approx(their_decode, rel=DECODE_REL_TOL), (c, our_decode, their_decode)
-        assert their_ttft <= our_ttft <= their_ttft + TTFT_OVERHEAD_MAX_S, (c, our_ttft, their_ttft)
+def compare_level(outcome, before: dict, after: dict, n: int) -> str | None:
+    """Our TTFT and decode speed against vLLM's histograms over the same requests: None when
+    they agree, else what disagrees."""
+    c = outcome.concurrency
+    assert all(r.ok for r in outcome.results), [r.error for r in outcome.results if not r.ok]
+    assert all(r.output_tokens == OUTPUT for r in outcome.results)
+    itl = next((name for name in ITL_NAMES if name + "_count" in after), None)
+    assert itl, f"none of {ITL_NAMES} in /metrics"
+
+    def delta(name: str) -> float:
+        return after[name] - before.get(name, 0.0)
+
+    # The window holds exactly our requests: one TTFT and OUTPUT - 1 gaps each.
+    assert delta(TTFT + "_count") == n
+    assert delta(itl + "_count") == n * (OUTPUT - 1)
+    their_ttft = delta(TTFT + "_sum") / n
+    their_decode = delta(itl + "_count") / delta(itl + "_sum")
+    our_ttft = sum(r.ttft for r in outcome.results) / n
+    our_decode = 1 / (sum(r.tpot for r in outcome.results) / n)
+    print(f"\nvLLM c={c} n={n}: TTFT ours {our_ttft * 1000:.1f} ms, vLLM {their_ttft * 1000:.1f} ms "
+          f"(+{(our_ttft - their_ttft) * 1000:.1f} ms); decode ours {our_decode:.2f} tok/s, "
+          f"vLLM {their_decode:.2f} tok/s ({our_decode / their_decode - 1:+.2%}); client loop lag max "
+          f"{outcome.client.get('loop_lag_ms_max') or 0:.0f} ms")
+    if our_decode != pytest.approx(their_decode, rel=DECODE_REL_TOL):
+        return f"c={c}: decode ours {our_decode:.2f} tok/s, vLLM's {their_decode:.2f} tok/s"
+    if not their_ttft <= our_ttft <= their_ttft + TTFT_OVERHEAD_MAX_S:
+        return f"c={c}: TTFT ours {our_ttft * 1000:.1f} ms, vLLM's {their_ttft * 1000:.1f} ms"
+    return None
 
 
 @pytest.mark.django_db(transaction=True)

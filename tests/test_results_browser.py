@@ -1,0 +1,64 @@
+"""Results in a real browser: charts draw without JavaScript errors, CSV downloads, permalinks
+open logged out, an imported vLLM JSON shows up in a comparison."""
+from pathlib import Path
+
+import pytest
+
+from benchmarks.services import published_reports_load
+from factories import endpoint, measured_run, user
+from test_browser import log_in, page  # noqa: F401  (the page fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+DATA = Path(__file__).parent / "data" / "imports"
+GPU = {"summary": {"samples": 2, "peak_memory_used_mib": 6000, "max_temperature_c": 60, "throttle_reasons": {}},
+       "series": {"t": [0.0, 0.2], "gpus": {"0": {"memory_used_mib": [5000, 6000], "utilization_gpu": [80, 99],
+                                                    "temperature_c": [50, 60], "power_w": [200, 300]}}}}
+SERVER = {"summary": {"samples": 2, "idle_at_start": True}, "idle_at_start": True,
+          "series": {"t": [0.0, 0.5], "running": [0, 8], "waiting": [0, 2], "kv_cache_usage": [0.0, 0.4]}}
+
+
+def test_a_logged_out_colleague_opens_a_run_and_every_chart_draws(page, live_server):
+    run = measured_run([endpoint(name="llama", backend="llamacpp"), endpoint(name="vllm", backend="vllm")],
+                       levels=(1, 8), requests=30, gpu=GPU, server=SERVER)
+    page.goto(live_server.url + run.get_absolute_url())
+    assert "Log in" in page.locator("header").inner_text()  # not logged in
+    charts = page.locator(".chart")
+    assert charts.count() == 6
+    page.wait_for_function("[...document.querySelectorAll('.chart')].every(c => c.dataset.drawn === 'true')",
+                           timeout=30000)
+    assert page.locator("#chart-throughput .main-svg").count() >= 1
+    assert page.locator("#chart-timeline .table-holder tr").count() > 1
+    # Another level in the timeline redraws it.
+    page.select_option("#chart-timeline select", index=1)
+    page.wait_for_function("document.querySelector('#chart-timeline .gtitle').textContent.includes('8 concurrent')")
+    with page.expect_download() as download:
+        page.click("#chart-throughput a.csv")
+    text = Path(download.value.path()).read_text()
+    assert text.startswith("series,kind,concurrent requests") and "llama" in text
+    assert page.js_errors == []
+
+
+def test_an_imported_vllm_result_shows_up_in_a_comparison(page, live_server):
+    published_reports_load()
+    run = measured_run([endpoint(name="v100-llama", backend="llamacpp", quantization="gguf_q4_k_m")],
+                       levels=(1, 8), requests=10, tokens=100)
+    log_in(page, live_server)
+    page.goto(live_server.url + "/imports/")
+    page.set_input_files("input[name=file]", str(DATA / "vllm_bench_serve_c8_detailed.json"))
+    page.select_option("select[name=backend]", "vllm")
+    page.fill("input[name=title]", "vLLM FP8 from bench serve")
+    page.click("button:has-text('Import')")
+    assert "not measured here" in page.locator("#provenance").inner_text()
+    page.goto(live_server.url + "/compare/")
+    page.check(f"input[name=runs][value='{run.id}']")
+    page.check("text=vLLM FP8 from bench serve")
+    page.click("button:has-text('Compare')")
+    page.wait_for_selector("#series")
+    assert "vLLM FP8 from bench serve" in page.locator("#series").inner_text()
+    page.wait_for_function("document.querySelector('.chart').dataset.drawn === 'true'")
+    permalink = page.url
+    assert page.js_errors == []
+    # The comparison's permalink opens for a logged-out colleague.
+    other = page.context.browser.new_context().new_page()
+    other.goto(permalink)
+    assert "vLLM FP8 from bench serve" in other.locator("#series").inner_text()
