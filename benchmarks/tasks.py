@@ -2,7 +2,7 @@ import logging
 import threading
 
 from celery import shared_task
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 from django.conf import settings
 
 from benchmarks import services
@@ -22,6 +22,19 @@ def host_probe_task(host_name: str) -> None:
         log.warning("probe for %s reached the worker of %r; not probing", host_name, settings.WORKER_HOST)
         return
     services.host_probe_here(host_name=host_name)
+
+
+@celeryd_after_setup.connect
+def consume_host_queue(sender, instance, **kwargs) -> None:
+    """A worker started with WORKER_HOST also consumes that host's queue, so runs of its
+    endpoints come to it (with HOST_QUEUES on) and it can sample their GPUs."""
+    if not settings.WORKER_HOST:
+        return
+    from benchmarks.models import Host
+
+    host, _ = Host.objects.get_or_create(name=settings.WORKER_HOST)
+    instance.app.amqp.queues.select_add(host.queue_name)
+    log.info("consuming %s, the queue of host %s", host.queue_name, host.name)
 
 
 _sweeper_stop = threading.Event()

@@ -73,3 +73,19 @@ def test_a_worker_on_the_endpoint_s_host_probes_it_and_says_why_no_gpu_was_sampl
         assert status == host.probe_status or status.startswith("no NVIDIA driver") or status == "ok"
     finally:
         stop_worker(w)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_host_queues_a_run_goes_to_the_worker_on_its_endpoints_host(client, simulator, settings,
+                                                                         django_db_blocker):
+    settings.HOST_QUEUES = True
+    settings.CELERY_TASK_DEFAULT_QUEUE = "nobody-consumes-this"
+    e = endpoint(simulator(decode_ms=2).url, host="gpu-box-7")
+    # The worker is told only its host; it adds that host's queue by itself.
+    w = spawn_worker(worker_env(WORKER_HOST="gpu-box-7", CELERY_DEFAULT_QUEUE="nobody-consumes-this"), "gpu-box-7")
+    try:
+        run = wait_finished(submit(client, [e], concurrency_levels="1", requests_per_level=2))
+        assert run.queue_name == "host-gpu-box-7" and run.status == Run.SUCCEEDED
+        assert run.worker.startswith("gpu-box-7@")
+    finally:
+        stop_worker(w)
