@@ -10,7 +10,7 @@ from celery import Celery
 
 from benchmarks import services
 from benchmarks.models import LevelResult, RequestRecord, Run
-from conftest import close_other_sessions, free_port, spawn_worker, stop_worker, worker_env
+from conftest import free_port, spawn_worker, stop_worker, worker_env
 from factories import endpoint, user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,7 +27,6 @@ def faults_queue(settings, django_db_blocker):
     for w in workers:
         if w.poll() is None:
             stop_worker(w)
-    close_other_sessions(django_db_blocker)
 
 
 def create_run(endpoints, **kw):

@@ -8,13 +8,27 @@ keeps one httpx client (and so one warm connection pool) for all of it.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import random
+import select
+import socket
+import struct
+import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
+import httpcore
 import httpx
 from httpx_sse import EventSource, SSEError
+
+if importlib.util.find_spec("sniffio") is None:
+    # httpcore asks `import sniffio` on every request (its locks and cancellation shields),
+    # and without sniffio installed each failed import searches sys.path again: about a
+    # millisecond of CPU per request, in the measuring loop. A None entry makes the import
+    # fail at once, with the same outcome (httpcore then assumes asyncio).
+    sys.modules.setdefault("sniffio", None)
 
 from .metrics import RequestResult, level_wall_time, percentile
 from .stream import StreamError, parse_chunk
@@ -106,10 +120,11 @@ class PromptFactory:
 
     def make(self, n_tokens: int) -> list[int] | str:
         n = max(1, n_tokens - self.offset)
+        # One rng.choices call per prompt: it runs in the measuring loop, for every request.
         if self.pool:
-            return [self.rng.choice(self.pool) for _ in range(n)]
+            return self.rng.choices(self.pool, k=n)
         n_words = max(1, round(n * self.words_per_token))
-        return " ".join(self.rng.choice(_WORDS) for _ in range(n_words))
+        return " ".join(self.rng.choices(_WORDS, k=n_words))
 
     def sent_tokens(self, prompt: list[int] | str) -> int | None:
         return len(prompt) if isinstance(prompt, list) else None
@@ -172,10 +187,10 @@ class Session:
         self.rng = random.Random(workload.seed)
         self.prompts = PromptFactory(None, self.rng)
         limit = max_connections or max(workload.concurrency_levels) + 4
+        limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(self.timeouts.first_byte, connect=self.timeouts.connect),
-            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
-            headers=target.headers(),
+            limits=limits, headers=target.headers(), transport=timed_transport(target.base_url, limits),
         )
 
     async def close(self) -> None:
@@ -309,6 +324,11 @@ class Session:
                     async with self.client.stream("POST", self.target.url(path), json=body,
                                                   extensions={"trace": trace}) as resp:
                         got_bytes = True
+                        stream = resp.extensions.get("network_stream")
+                        if not isinstance(stream, TimedStream):
+                            stream = None
+                        elif stream.request_written is not None:
+                            wire[0] = stream.request_written  # just before the send() call
                         sent = wire[0]
                         result.sent = sent - t0
                         result.dispatch_delay = sent - called
@@ -317,7 +337,7 @@ class Session:
                             text = (await resp.aread())[:500].decode("utf-8", "replace")
                             result.error, result.error_kind = f"HTTP {resp.status_code}: {text}", "http"
                             return result
-                        await self._read_stream(resp, result, sent)
+                        await self._read_stream(resp, result, sent, stream)
                 return self._check_complete(result)
             except StreamError as exc:
                 result.error, result.error_kind = str(exc), "server" if "server error" in str(exc) else "protocol"
@@ -339,9 +359,15 @@ class Session:
             return result
         return result
 
-    async def _read_stream(self, resp: httpx.Response, result: RequestResult, sent: float) -> None:
+    async def _read_stream(self, resp: httpx.Response, result: RequestResult, sent: float,
+                           stream: "TimedStream | None" = None) -> None:
+        """Time every chunk: when its bytes reached our socket (the kernel's receive time, with
+        a TimedStream), else when we parsed it. Kept lean: it runs for every chunk of every
+        stream, and a client that falls behind times its chunks late."""
+        chunk_times, chunk_tokens = result.chunk_times, result.chunk_tokens
+        perf_counter = time.perf_counter
         async for event in EventSource(resp).aiter_sse():
-            now = time.perf_counter()
+            now = stream.arrived if stream is not None else perf_counter()
             if not event.data:
                 continue
             chunk = parse_chunk(event.data)
@@ -354,8 +380,8 @@ class Session:
                     result.first_answer = now - sent
                 if chunk.reasoning:
                     result.reasoning_chunks += 1
-                result.chunk_times.append(now - sent)
-                result.chunk_tokens.append(1)
+                chunk_times.append(now - sent)
+                chunk_tokens.append(1)
                 result.client_output_tokens += 1
             if chunk.usage:
                 result.prompt_tokens = _int_or_none(chunk.usage.get("prompt_tokens"))
@@ -518,6 +544,247 @@ class ClientMonitor:
             "loop_lag_ms_p99": percentile(lags_ms, 99),
             "loop_lag_ms_max": max(lags_ms) if lags_ms else None,
         }
+
+
+# ------------------------------------------------------------------------------ timed sockets
+# Plain-HTTP connections use our own small asyncio network backend for httpcore instead of
+# anyio's: every read takes the kernel's receive timestamp of its bytes (SO_TIMESTAMPNS), so a
+# chunk is timed when it reached the socket, not when our event loop got round to it (a busy
+# client, or one that the OS did not schedule for a few milliseconds, no longer inflates TTFT
+# and ITL); a request's send time is taken just before its send() call; and the per-read path
+# is lighter (no cancel scope, no epoll re-registration per read), which is what keeps one
+# process level with hundreds of streams. HTTPS, proxies and non-Linux systems keep httpx's
+# default transport.
+
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
+_SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
+_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one timespec
+_TIMESPEC = struct.Struct("@ll")  # struct timespec
+_READ_SIZE = 65536
+_MAX_BUFFERED = 1 << 20  # stop reading the socket (backpressure) past this much unread data
+
+
+def timed_transport(base_url: str, limits: httpx.Limits) -> httpx.AsyncHTTPTransport | None:
+    """An httpx transport on TimedBackend for a plain-HTTP target reached without a proxy;
+    None (httpx's default transport) otherwise."""
+    url = httpx.URL(base_url)
+    if url.scheme != "http" or not hasattr(socket.socket, "recvmsg") or _SO_TIMESTAMPNS is None:
+        return None
+    proxies = urllib.request.getproxies_environment()
+    if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass_environment(url.host):
+        return None
+    transport = httpx.AsyncHTTPTransport(limits=limits)
+    transport._pool = httpcore.AsyncConnectionPool(
+        max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry, http1=True, http2=False, network_backend=TimedBackend())
+    return transport
+
+
+class TimedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore network backend on plain non-blocking asyncio sockets (TCP only)."""
+
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                last: OSError | None = None
+                for family, kind, proto, _, addr in infos:
+                    sock = socket.socket(family, kind, proto)
+                    try:
+                        sock.setblocking(False)
+                        for option in socket_options or ():
+                            sock.setsockopt(*option)
+                        if local_address:
+                            sock.bind((local_address, 0))
+                        await loop.sock_connect(sock, addr)
+                    except OSError as exc:
+                        sock.close()
+                        last = exc
+                        continue
+                    except BaseException:
+                        sock.close()
+                        raise
+                    return TimedStream(sock, loop)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"timed out connecting to {host}:{port}") from exc
+        except OSError as exc:  # name resolution
+            raise httpcore.ConnectError(str(exc)) from exc
+        raise httpcore.ConnectError(str(last) if last else f"cannot connect to {host}:{port}")
+
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise httpcore.ConnectError("unix sockets are not supported by TimedBackend")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class TimedStream(httpcore.AsyncNetworkStream):
+    """One TCP connection. The socket is read as soon as it is readable (like an asyncio
+    transport, but with recvmsg), each piece with the monotonic time its bytes arrived.
+
+    `arrived`: arrival time (time.perf_counter clock) of the bytes most recently returned by
+    read(); pieces that arrived together share the time of the latest of them.
+    `request_written`: time just before the first send() of the latest request."""
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop):
+        self.sock = sock
+        self.loop = loop
+        self.fd = sock.fileno()
+        self.arrived: float = time.perf_counter()
+        self.request_written: float | None = None
+        self._pieces: list[tuple[bytes, float]] = []
+        self._buffered = 0
+        self._eof = False
+        self._error: OSError | None = None
+        self._waiter: asyncio.Future | None = None
+        self._reading = False
+        self._read_since_write = True
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            self._stamped = True
+        except OSError:
+            self._stamped = False
+        self._resume_reading()
+
+    # -------------------------------------------------------------- reading
+    def _resume_reading(self) -> None:
+        if not self._reading and not self._eof and self._error is None and self.fd >= 0:
+            self.loop.add_reader(self.fd, self._on_readable)
+            self._reading = True
+
+    def _pause_reading(self) -> None:
+        if self._reading:
+            self.loop.remove_reader(self.fd)
+            self._reading = False
+
+    def _on_readable(self) -> None:
+        try:
+            data, ancdata, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._error = exc
+            data, ancdata = b"", ()
+        now = time.perf_counter()
+        if ancdata:
+            level, kind, raw = ancdata[0]
+            if kind == _SCM_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack_from(raw)
+                age = time.time() - (sec + nsec * 1e-9)  # how long the bytes waited for us
+                if 0.0 <= age < 60.0:
+                    now -= age
+        if data:
+            self._pieces.append((data, now))
+            self._buffered += len(data)
+            if self._buffered > _MAX_BUFFERED:
+                self._pause_reading()
+        else:
+            self._eof = True
+            self._pause_reading()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self._read_since_write = True
+        if not self._pieces:
+            if self._error is not None:
+                raise httpcore.ReadError(str(self._error))
+            if self._eof:
+                return b""
+            self._resume_reading()
+            waiter = self._waiter = self.loop.create_future()
+            timer = self.loop.call_later(timeout, _expire, waiter, httpcore.ReadTimeout) if timeout else None
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+            if not self._pieces:
+                if self._error is not None:
+                    raise httpcore.ReadError(str(self._error))
+                return b""
+        data, self.arrived = self._pieces[0]
+        if len(data) > max_bytes:
+            self._pieces[0] = (data[max_bytes:], self.arrived)
+            data = data[:max_bytes]
+        else:
+            del self._pieces[0]
+        self._buffered -= len(data)
+        if not self._reading and self._buffered <= _MAX_BUFFERED // 2:
+            self._resume_reading()
+        return data
+
+    # -------------------------------------------------------------- writing
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        if self._read_since_write:
+            self._read_since_write = False
+            self.request_written = time.perf_counter()
+        view = memoryview(buffer)
+        while view:
+            try:
+                sent = self.sock.send(view)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                raise httpcore.WriteError(str(exc)) from exc
+            view = view[sent:]
+            if view:
+                waiter = self.loop.create_future()
+                self.loop.add_writer(self.fd, _wake, waiter)
+                timer = self.loop.call_later(timeout, _expire, waiter, httpcore.WriteTimeout) if timeout else None
+                try:
+                    await waiter
+                finally:
+                    self.loop.remove_writer(self.fd)
+                    if timer is not None:
+                        timer.cancel()
+
+    async def aclose(self) -> None:
+        if self.fd >= 0:
+            self._pause_reading()
+            self.fd = -1
+            self.sock.close()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        raise httpcore.ConnectError("TLS is not supported by TimedBackend")
+
+    def get_extra_info(self, info: str):
+        if info == "socket":
+            return self.sock
+        if info == "client_addr":
+            return self.sock.getsockname()
+        if info == "server_addr":
+            return self.sock.getpeername()
+        if info == "is_readable":
+            # An idle keep-alive connection with something to read was closed by the server.
+            if self._pieces or self._eof or self._error is not None:
+                return True
+            try:
+                poller = select.poll()
+                poller.register(self.fd, select.POLLIN)
+                return bool(poller.poll(0))
+            except (OSError, ValueError):
+                return True
+        return None
+
+
+def _expire(waiter: asyncio.Future, error: type[Exception]) -> None:
+    if not waiter.done():
+        waiter.set_exception(error("timed out"))
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def describe_error(exc: BaseException) -> str:
