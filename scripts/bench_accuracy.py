@@ -233,7 +233,9 @@ class Errors:
     """Errors of one tool at one load, request by request."""
 
     def __init__(self):
-        self.ttft_err: list[float] = []
+        self.ttft_err: list[float] = []  # against the kernel's arrival time of the request
+        self.ttft_err_read: list[float] = []  # against when the simulator's code read it
+        self.read_delay: list[float] = []  # simulator: read - arrived
         self.req_leg: list[float] = []
         self.resp_leg: list[float] = []
         self.gap_err: list[float] = []  # per gap, reported - true (only tools that report gaps)
@@ -248,13 +250,16 @@ class Errors:
     def add(self, t: dict, ttft: float, gaps: list[float] | None = None, mean_itl: float | None = None,
             sent: float | None = None, first_seen: float | None = None) -> None:
         chunks = t["chunks"]
-        true_ttft = chunks[0] - t["received"]
+        arrived = t.get("arrived") or t["received"]
+        true_ttft = chunks[0] - arrived
         self.matched += 1
         self.truth_ttft.append(true_ttft)
         self.tool_ttft.append(ttft)
         self.ttft_err.append(ttft - true_ttft)
+        self.ttft_err_read.append(ttft - (chunks[0] - t["received"]))
+        self.read_delay.append(t["received"] - arrived)
         if sent is not None:
-            self.req_leg.append(t["received"] - sent)
+            self.req_leg.append(arrived - sent)
         if first_seen is not None:
             self.resp_leg.append(first_seen - chunks[0])
         true_gaps = [b - a for a, b in zip(chunks, chunks[1:])]
@@ -270,7 +275,8 @@ class Errors:
         abs_mean = [abs(x) for x in self.mean_itl_err]
         return {
             "matched": self.matched, "unmatched": self.unmatched,
-            "ttft_error_ms": summary(self.ttft_err),
+            "ttft_error_ms": summary(self.ttft_err), "ttft_error_vs_read_ms": summary(self.ttft_err_read),
+            "simulator_read_delay_ms": summary(self.read_delay),
             "request_leg_ms": summary(self.req_leg), "response_leg_ms": summary(self.resp_leg),
             "gap_abs_error_ms": summary(abs_gap), "gap_error_ms": summary(self.gap_err),
             "mean_itl_abs_error_ms": summary(abs_mean),
@@ -466,19 +472,21 @@ def fmt(x, digits=1) -> str:
 
 
 def table(results: list[dict]) -> str:
-    head = ("| tool | streams | matched | TTFT error p50 / p99 (ms) | request leg p50 | response leg p50 "
+    head = ("| tool | streams | matched | TTFT error p50 / p99 (ms) | TTFT error vs simulator's read p50 / p99 "
+            "| request leg p50 / p99 | response leg p50 / p99 "
             "| gap error abs p50 / p99 (ms) | mean-ITL error abs p50 / p99 (ms) "
             "| simulator schedule lag p50 / p99 (ms) | tool CPU s | sim CPU % | load avg |")
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for r in results:
         if r.get("skipped"):
-            lines.append(f"| {r['tool']} | {r['streams']} | – | {r['skipped']} |" + " |" * 8)
+            lines.append(f"| {r['tool']} | {r['streams']} | – | {r['skipped']} |" + " |" * 9)
             continue
         t, g, m, s = r["ttft_error_ms"], r["gap_abs_error_ms"], r["mean_itl_abs_error_ms"], r["schedule_lag_ms"]
+        tr, rq, rs = r["ttft_error_vs_read_ms"], r["request_leg_ms"], r["response_leg_ms"]
         lines.append(
             f"| {r['tool']} | {r['streams']} | {r['matched']}/{r['matched'] + r['unmatched']} "
-            f"| {fmt(t.get('p50'), 2)} / {fmt(t.get('p99'), 2)} "
-            f"| {fmt(r['request_leg_ms'].get('p50'), 2)} | {fmt(r['response_leg_ms'].get('p50'), 2)} "
+            f"| {fmt(t.get('p50'), 2)} / {fmt(t.get('p99'), 2)} | {fmt(tr.get('p50'), 2)} / {fmt(tr.get('p99'), 2)} "
+            f"| {fmt(rq.get('p50'), 2)} / {fmt(rq.get('p99'), 2)} | {fmt(rs.get('p50'), 2)} / {fmt(rs.get('p99'), 2)} "
             f"| {fmt(g.get('p50'), 2)} / {fmt(g.get('p99'), 2)} | {fmt(m.get('p50'), 3)} / {fmt(m.get('p99'), 3)} "
             f"| {fmt(s.get('p50'), 2)} / {fmt(s.get('p99'), 2)} | {r['info'].get('cpu_s', 0):.1f} "
             f"| {r['info'].get('simulator_cpu_percent') or 0:.0f} | {r['info']['loadavg_before'][0]:.2f} |")

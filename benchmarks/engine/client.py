@@ -8,12 +8,14 @@ keeps one httpx client (and so one warm connection pool) for all of it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib.util
 import random
 import select
 import socket
 import struct
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -547,14 +549,14 @@ class ClientMonitor:
 
 
 # ------------------------------------------------------------------------------ timed sockets
-# Plain-HTTP connections use our own small asyncio network backend for httpcore instead of
-# anyio's: every read takes the kernel's receive timestamp of its bytes (SO_TIMESTAMPNS), so a
-# chunk is timed when it reached the socket, not when our event loop got round to it (a busy
-# client, or one that the OS did not schedule for a few milliseconds, no longer inflates TTFT
-# and ITL); a request's send time is taken just before its send() call; and the per-read path
-# is lighter (no cancel scope, no epoll re-registration per read), which is what keeps one
-# process level with hundreds of streams. HTTPS, proxies and non-Linux systems keep httpx's
-# default transport.
+# Plain-HTTP connections use our own small network backend for httpcore instead of anyio's:
+# every read takes the kernel's receive timestamp of its bytes (SO_TIMESTAMPNS), and a thread
+# reads the sockets as soon as bytes arrive, so a chunk is timed when it reached the socket,
+# not when our event loop got round to parsing it (a client busy with hundreds of streams, or
+# one the OS did not schedule for a few milliseconds, no longer inflates TTFT and ITL); a
+# request's send time is taken just before its send() call, with no await in between; and the
+# per-read path is lighter (no cancel scope and no epoll re-registration per read). HTTPS,
+# proxies and systems without SO_TIMESTAMPNS or epoll keep httpx's default transport.
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
 _SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
@@ -568,7 +570,8 @@ def timed_transport(base_url: str, limits: httpx.Limits) -> httpx.AsyncHTTPTrans
     """An httpx transport on TimedBackend for a plain-HTTP target reached without a proxy;
     None (httpx's default transport) otherwise."""
     url = httpx.URL(base_url)
-    if url.scheme != "http" or not hasattr(socket.socket, "recvmsg") or _SO_TIMESTAMPNS is None:
+    if (url.scheme != "http" or _SO_TIMESTAMPNS is None or not hasattr(socket.socket, "recvmsg")
+            or not hasattr(select, "epoll")):
         return None
     proxies = urllib.request.getproxies_environment()
     if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass_environment(url.host):
@@ -619,12 +622,80 @@ class TimedBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
+class _SocketReader:
+    """The process's one socket-reading thread for every TimedStream: it waits in epoll and
+    reads each socket as soon as bytes arrive (recvmsg, with the kernel's receive time), so
+    that bytes are timed when they came even while the event loop is busy parsing other
+    streams (it only needs the GIL, which a busy thread hands over every few milliseconds).
+    A read that finds several chunks queued can only time them all at the latest one's
+    arrival: reading at once keeps chunks apart. The event loop is woken once per batch."""
+
+    _instance: "_SocketReader | None" = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "_SocketReader":
+        with cls._lock:
+            if cls._instance is None or not cls._instance.thread.is_alive():
+                cls._instance = cls()
+            return cls._instance
+
+    def __init__(self):
+        self.epoll = select.epoll()
+        self.streams: dict[int, TimedStream] = {}
+        self.thread = threading.Thread(target=self._run, name="timed-socket-reader", daemon=True)
+        self.thread.start()
+
+    def add(self, stream: "TimedStream") -> None:
+        self.streams[stream.fd] = stream
+        self.epoll.register(stream.fd, select.EPOLLIN)
+
+    def pause(self, stream: "TimedStream", paused: bool) -> None:
+        try:
+            self.epoll.modify(stream.fd, 0 if paused else select.EPOLLIN)
+        except (OSError, ValueError):
+            pass
+
+    def remove(self, stream: "TimedStream") -> None:
+        if self.streams.get(stream.fd) is stream:
+            del self.streams[stream.fd]
+            try:
+                self.epoll.unregister(stream.fd)
+            except (OSError, ValueError):
+                pass
+
+    def _run(self) -> None:
+        streams, poll = self.streams, self.epoll.poll
+        while True:
+            try:
+                events = poll()
+            except InterruptedError:
+                continue
+            woken: dict = {}
+            for fd, _ in events:
+                stream = streams.get(fd)
+                if stream is not None and stream._receive():
+                    woken.setdefault(stream.loop, []).append(stream)
+            for loop, batch in woken.items():
+                try:
+                    loop.call_soon_threadsafe(_wake_streams, batch)
+                except RuntimeError:  # that event loop is closed
+                    pass
+
+
+def _wake_streams(streams: list["TimedStream"]) -> None:
+    for stream in streams:
+        waiter = stream._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
 class TimedStream(httpcore.AsyncNetworkStream):
-    """One TCP connection. The socket is read as soon as it is readable (like an asyncio
-    transport, but with recvmsg), each piece with the monotonic time its bytes arrived.
+    """One TCP connection, read by the _SocketReader thread the moment bytes arrive, each
+    piece kept with the monotonic time its bytes reached the socket.
 
     `arrived`: arrival time (time.perf_counter clock) of the bytes most recently returned by
-    read(); pieces that arrived together share the time of the latest of them.
+    read(); pieces read together share the time of the latest of them.
     `request_written`: time just before the first send() of the latest request."""
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop):
@@ -633,43 +704,31 @@ class TimedStream(httpcore.AsyncNetworkStream):
         self.fd = sock.fileno()
         self.arrived: float = time.perf_counter()
         self.request_written: float | None = None
-        self._pieces: list[tuple[bytes, float]] = []
-        self._buffered = 0
+        self._pieces: collections.deque[tuple[bytes, float]] = collections.deque()
+        self._received = 0  # bytes, written by the reader thread only
+        self._consumed = 0  # bytes, written by the event loop only
+        self._paused = False
         self._eof = False
         self._error: OSError | None = None
         self._waiter: asyncio.Future | None = None
-        self._reading = False
         self._read_since_write = True
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-            self._stamped = True
-        except OSError:
-            self._stamped = False
-        self._resume_reading()
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        self._reader = _SocketReader.get()
+        self._reader.add(self)
 
     # -------------------------------------------------------------- reading
-    def _resume_reading(self) -> None:
-        if not self._reading and not self._eof and self._error is None and self.fd >= 0:
-            self.loop.add_reader(self.fd, self._on_readable)
-            self._reading = True
-
-    def _pause_reading(self) -> None:
-        if self._reading:
-            self.loop.remove_reader(self.fd)
-            self._reading = False
-
-    def _on_readable(self) -> None:
+    def _receive(self) -> bool:
+        """In the reader thread: read what arrived; True when a waiting read() must wake."""
         try:
             data, ancdata, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError as exc:
-            self._error = exc
             data, ancdata = b"", ()
+            self._error = exc
         now = time.perf_counter()
-        if ancdata:
-            level, kind, raw = ancdata[0]
+        for _, kind, raw in ancdata:
             if kind == _SCM_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
                 sec, nsec = _TIMESPEC.unpack_from(raw)
                 age = time.time() - (sec + nsec * 1e-9)  # how long the bytes waited for us
@@ -677,45 +736,49 @@ class TimedStream(httpcore.AsyncNetworkStream):
                     now -= age
         if data:
             self._pieces.append((data, now))
-            self._buffered += len(data)
-            if self._buffered > _MAX_BUFFERED:
-                self._pause_reading()
+            self._received += len(data)
+            if self._received - self._consumed > _MAX_BUFFERED and not self._paused:
+                self._paused = True
+                self._reader.pause(self, True)
         else:
             self._eof = True
-            self._pause_reading()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            self._reader.remove(self)
+        return self._waiter is not None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         self._read_since_write = True
         if not self._pieces:
-            if self._error is not None:
-                raise httpcore.ReadError(str(self._error))
-            if self._eof:
-                return b""
-            self._resume_reading()
-            waiter = self._waiter = self.loop.create_future()
-            timer = self.loop.call_later(timeout, _expire, waiter, httpcore.ReadTimeout) if timeout else None
+            timer = None
+            expired = [False]
             try:
-                await waiter
+                while not self._pieces:
+                    if self._error is not None:
+                        raise httpcore.ReadError(str(self._error))
+                    if self._eof or self.fd < 0:
+                        return b""
+                    if expired[0]:
+                        raise httpcore.ReadTimeout("timed out")
+                    waiter = self._waiter = self.loop.create_future()
+                    # The reader thread may have queued a piece before it could see the waiter.
+                    if self._pieces or self._eof or self._error is not None:
+                        break
+                    if timeout and timer is None:
+                        timer = self.loop.call_later(timeout, _expire_read, self, expired)
+                    await waiter
             finally:
                 self._waiter = None
                 if timer is not None:
                     timer.cancel()
-            if not self._pieces:
-                if self._error is not None:
-                    raise httpcore.ReadError(str(self._error))
-                return b""
         data, self.arrived = self._pieces[0]
         if len(data) > max_bytes:
             self._pieces[0] = (data[max_bytes:], self.arrived)
             data = data[:max_bytes]
         else:
-            del self._pieces[0]
-        self._buffered -= len(data)
-        if not self._reading and self._buffered <= _MAX_BUFFERED // 2:
-            self._resume_reading()
+            self._pieces.popleft()
+        self._consumed += len(data)
+        if self._paused and self._received - self._consumed <= _MAX_BUFFERED // 2:
+            self._paused = False
+            self._reader.pause(self, False)
         return data
 
     # -------------------------------------------------------------- writing
@@ -747,7 +810,7 @@ class TimedStream(httpcore.AsyncNetworkStream):
 
     async def aclose(self) -> None:
         if self.fd >= 0:
-            self._pause_reading()
+            self._reader.remove(self)
             self.fd = -1
             self.sock.close()
         waiter = self._waiter
@@ -775,6 +838,13 @@ class TimedStream(httpcore.AsyncNetworkStream):
             except (OSError, ValueError):
                 return True
         return None
+
+
+def _expire_read(stream: TimedStream, expired: list) -> None:
+    expired[0] = True
+    waiter = stream._waiter
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 def _expire(waiter: asyncio.Future, error: type[Exception]) -> None:

@@ -10,8 +10,10 @@ Latency model: a request waits for one of `slots`, then its prefill takes
 
 It knows the truth: with `truth=True` it records, on the machine's monotonic clock (the same
 clock as `time.perf_counter()` in the client on Linux), when each request was received and
-when each chunk was written (GET /_truth): per request `received` (its body fully read),
-`id` (the X-Request-Id header, if any), `prompt` (`prompt_key` of the prompt, to match a
+when each chunk was written (GET /_truth): per request `received` (its body fully read by the
+simulator), `arrived` (when the bytes that completed it reached the socket: the kernel's
+receive time, so the simulator's own scheduling delay does not move it; None where the
+system gives no such time), `id` (the X-Request-Id header, if any), `prompt` (`prompt_key` of the prompt, to match a
 client's request by content), `start` (a slot was free), `due` and `step` (chunk k was due at
 `due + k * step`: the schedule) and `chunks` (when each chunk was handed to the socket).
 
@@ -20,8 +22,9 @@ connection is dropped mid-stream), stall (stops writing mid-stream), malformed (
 chunk), error_chunk (an error object in the stream), truncate (the stream ends without
 finish_reason or usage), slow_drip (each token split over several chunks, slowly).
 
-Written on raw asyncio streams rather than a web framework because fault injection needs
-control of the socket (dropping a connection mid-chunk) and the scheduling overhead must stay
+Written on raw non-blocking sockets driven by asyncio rather than a web framework (or even
+asyncio transports) because fault injection needs control of the socket (dropping a
+connection mid-chunk), the truth needs the kernel's receive times, and the overhead must stay
 small at hundreds of streams on two cores.
 
 Run: python -m benchmarks.engine.simulator --port 8100 --dialect llamacpp --decode-ms 10
@@ -32,6 +35,8 @@ import argparse
 import asyncio
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -87,14 +92,27 @@ class Simulator:
         self.tokens_predicted = 0
         self.prompt_tokens_total = 0
         self.truth: list[dict] = []
-        self.server: asyncio.base_events.Server | None = None
+        self.listener: socket.socket | None = None
+        self.tasks: set[asyncio.Task] = set()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        self.server = await asyncio.start_server(self.handle, host, port, backlog=2048)
-        return self.server.sockets[0].getsockname()[1]
+        self.listener = socket.create_server((host, port), backlog=2048)
+        self.listener.setblocking(False)
+        loop = asyncio.get_running_loop()
+        self.tasks.add(loop.create_task(self._accept()))
+        return self.listener.getsockname()[1]
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(self.listener)
+            conn = Connection(sock, loop)
+            task = loop.create_task(self.handle(conn, conn))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
 
     # ------------------------------------------------------------------ HTTP
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, reader: "Connection", writer: "Connection") -> None:
         served = 0
         try:
             while True:
@@ -107,7 +125,10 @@ class Simulator:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in
                            (line.partition(":") for line in lines[1:] if line)}
-                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                try:
+                    body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                except asyncio.IncompleteReadError:
+                    return
                 received = time.perf_counter()
                 served += 1
                 if 0 < self.config.max_keepalive_requests < served:
@@ -194,8 +215,9 @@ class Simulator:
         fault = cfg.fault if cfg.fault != "none" and self.request_count % max(cfg.fault_every, 1) == 0 else "none"
         if fault == "http500":
             return await self.respond(writer, 500, {"error": {"message": "simulated internal error"}}, close)
-        truth = {"received": received, "id": (headers or {}).get("x-request-id"),
-                 "prompt": prompt_key(prompt), "chunks": []} if cfg.truth else None
+        truth = {"received": received, "arrived": getattr(writer, "arrived", None),
+                 "id": (headers or {}).get("x-request-id"), "prompt": prompt_key(prompt),
+                 "chunks": []} if cfg.truth else None
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n" +
                      (b"Connection: close\r\n\r\n" if close else b"Connection: keep-alive\r\n\r\n"))
@@ -204,6 +226,8 @@ class Simulator:
         def event(obj) -> bytes:
             data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
             return b"%x\r\n%s\r\n" % (len(data), data)
+
+        encoded: dict = {}  # the same chunk, serialized once per request (keeps the loop light)
 
         cid = f"cmpl-sim-{self.request_count}"
         base = {"id": cid, "object": "chat.completion.chunk" if chat else "text_completion",
@@ -255,12 +279,15 @@ class Simulator:
                     if fault == "slow_drip":
                         pieces = [text[:2], text[2:]]
                     for p in pieces:
-                        c = dict(choice)
-                        if chat:
-                            c["delta"] = {key: p}
-                        else:
-                            c["text"] = p
-                        writer.write(event({**base, "choices": [c]}))
+                        data = encoded.get((key if chat else "", p, finish))
+                        if data is None:
+                            c = dict(choice)
+                            if chat:
+                                c["delta"] = {key: p}
+                            else:
+                                c["text"] = p
+                            data = encoded[(key if chat else "", p, finish)] = event({**base, "choices": [c]})
+                        writer.write(data)
                         if truth is not None:
                             # Right after write(): the bytes are in the kernel's socket buffer
                             # (asyncio sends at once when nothing is queued).
@@ -318,6 +345,175 @@ class Simulator:
                 f"vllm:generation_tokens_total{label} {self.tokens_predicted}\n"
                 "# TYPE vllm:prompt_tokens_total counter\n"
                 f"vllm:prompt_tokens_total{label} {self.prompt_tokens_total}\n")
+
+
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
+_TIMESPEC = struct.Struct("@ll")  # struct timespec
+_CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+class Connection:
+    """One client connection on a raw non-blocking socket, used as both reader and writer
+    (the subset of asyncio's StreamReader/StreamWriter the simulator needs).
+
+    Not an asyncio transport, so that reads can take the kernel's receive time of their
+    bytes: `arrived` (time.perf_counter clock) is when the bytes that completed the latest
+    read reached the socket, whatever the simulator's own scheduling delay; and a chunk
+    goes out with one send() as soon as it is written."""
+
+    HIGH_WATER = 1 << 16
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop):
+        self.sock, self.loop, self.fd = sock, loop, sock.fileno()
+        self.transport = self  # writer.transport.abort() / get_write_buffer_size()
+        self.arrived: float | None = None
+        self.buf = bytearray()
+        self.out = bytearray()
+        self.eof = False
+        self.lost = False
+        self.closing = False
+        self.flushed: asyncio.Future | None = None
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.stamped = False
+        if _SO_TIMESTAMPNS is not None and hasattr(sock, "recvmsg"):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self.stamped = True
+            except OSError:
+                pass
+
+    # -------------------------------------------------------------- reading
+    async def _fill(self) -> None:
+        while True:
+            try:
+                if self.stamped:
+                    data, ancdata, _, _ = self.sock.recvmsg(65536, _CMSG_SPACE)
+                else:
+                    data, ancdata = self.sock.recv(65536), ()
+            except (BlockingIOError, InterruptedError):
+                waiter = self.loop.create_future()
+                self.loop.add_reader(self.fd, _wake, waiter)
+                try:
+                    await waiter
+                finally:
+                    if self.fd >= 0:
+                        self.loop.remove_reader(self.fd)
+                continue
+            except OSError as exc:
+                raise ConnectionResetError(str(exc)) from exc
+            now = time.perf_counter()
+            for _, kind, raw in ancdata:
+                if kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
+                    sec, nsec = _TIMESPEC.unpack_from(raw)
+                    age = time.time() - (sec + nsec * 1e-9)
+                    if 0.0 <= age < 60.0:
+                        now -= age
+            if not data:
+                self.eof = True
+                return
+            self.buf += data
+            self.arrived = now
+            return
+
+    async def readuntil(self, separator: bytes) -> bytes:
+        start = 0
+        while True:
+            i = self.buf.find(separator, start)
+            if i >= 0:
+                end = i + len(separator)
+                out = bytes(self.buf[:end])
+                del self.buf[:end]
+                return out
+            if self.eof or self.fd < 0:
+                raise asyncio.IncompleteReadError(bytes(self.buf), None)
+            start = max(0, len(self.buf) - len(separator) + 1)
+            await self._fill()
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            if self.eof or self.fd < 0:
+                raise asyncio.IncompleteReadError(bytes(self.buf), n)
+            await self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    # -------------------------------------------------------------- writing
+    def write(self, data: bytes) -> None:
+        if self.lost or self.fd < 0:
+            return
+        if self.out:
+            self.out += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._lose()
+            return
+        if sent < len(data):
+            self.out += data[sent:]
+            self.loop.add_writer(self.fd, self._flush)
+
+    def _flush(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._lose()
+            return
+        del self.out[:sent]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+            if self.closing:
+                self._close_now()
+        if len(self.out) <= self.HIGH_WATER // 2 and self.flushed is not None and not self.flushed.done():
+            self.flushed.set_result(None)
+
+    async def drain(self) -> None:
+        if self.lost:
+            raise ConnectionResetError("connection lost")
+        if len(self.out) > self.HIGH_WATER:
+            self.flushed = self.loop.create_future()
+            await self.flushed
+            if self.lost:
+                raise ConnectionResetError("connection lost")
+
+    def get_write_buffer_size(self) -> int:
+        return len(self.out)
+
+    def _lose(self) -> None:
+        self.lost = True
+        self.out.clear()
+        if self.flushed is not None and not self.flushed.done():
+            self.flushed.set_result(None)
+        self._close_now()
+
+    def _close_now(self) -> None:
+        if self.fd >= 0:
+            self.loop.remove_writer(self.fd)
+            self.loop.remove_reader(self.fd)
+            self.fd = -1
+            self.sock.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once, unsent data included."""
+        self.out.clear()
+        self._lose()
+
+    def close(self) -> None:
+        if self.out and not self.lost:
+            self.closing = True  # after the last bytes are sent
+        else:
+            self._close_now()
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 async def _sleep_until(deadline: float) -> None:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU, CUDA and PyTorch: build llama-server with CUDA from the
+# llama.cpp source vendored in the llama-cpp-python sdist, write a random-weight Qwen2 GGUF of
+# the DeepSeek-R1-Distill-Qwen-7B shape (same size and speed as the real Q4_K_M; no download),
+# serve it like the V100 write-up (-c 8192 --parallel 8 -ngl 99 --metrics) and measure it with
+# the product's engine (scripts/gpu_check.py).
+#   prepare SRC WORK : build into WORK and write WORK/qwen2-7b-q4_k_m.gguf (SRC: llama.cpp tree)
+#   measure WORK OUT : serve and measure; the result JSON goes to OUT/
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+case "${1:-}" in
+  prepare)
+    src=$2 work=$3; mkdir -p "$work"
+    cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build "$work/build" --target llama-server llama-quantize -j"$(nproc)" >/dev/null
+    python3 "$HERE/gen_qwen2_random.py" "$src" "$work/qwen2-7b-f16.gguf" >/dev/null
+    "$work/build/bin/llama-quantize" "$work/qwen2-7b-f16.gguf" "$work/qwen2-7b-q4_k_m.gguf" Q4_K_M >/dev/null 2>&1
+    rm -f "$work/qwen2-7b-f16.gguf"
+    ls -la "$work/qwen2-7b-q4_k_m.gguf" ;;
+  measure)
+    work=$2 out=$3
+    "$work/build/bin/llama-server" -m "$work/qwen2-7b-q4_k_m.gguf" --host 127.0.0.1 --port 8090 \
+      -c 8192 --parallel 8 -ngl 99 --metrics > "$out/llama-server.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 120); do curl -sf http://127.0.0.1:8090/health >/dev/null && break; sleep 1; done
+    python3 "$HERE/gpu_check.py" http://127.0.0.1:8090 --levels 1,8 --requests 16 --out "$out/gpu_check.json"
+    kill $pid ;;
+  *) echo "usage: $0 prepare SRC WORK | measure WORK OUT" >&2; exit 2 ;;
+esac
