@@ -126,3 +126,15 @@ def test_cancelling_stops_a_running_run(client, simulator, celery_worker_process
     Run.objects.all().delete()
     run2 = wait_finished(submit(client, [e2], concurrency_levels="1", requests_per_level=1), timeout=30)
     assert run2.status == Run.SUCCEEDED and time.monotonic() - started < 30
+
+
+def test_a_chat_run_against_a_reasoning_model_shows_the_first_answer_token(client, simulator, celery_worker_process):
+    sim = simulator(decode_ms=5, prefill_ms=10, reasoning_tokens=6)
+    e = endpoint(sim.url)
+    run = wait_finished(submit(client, [e], api="chat", concurrency_levels="1", requests_per_level=3, output_tokens=10))
+    assert run.status == Run.SUCCEEDED, run.error
+    s = run.levels.get().summary
+    # Reasoning counts toward TTFT; the answer starts six tokens (~30 ms) later.
+    assert s["answer_ms"]["p50"] - s["ttft_ms"]["p50"] == pytest.approx(30, abs=8)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "First answer token" in page
