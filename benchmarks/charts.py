@@ -23,7 +23,8 @@ SERVER_METRICS = [("running", "running requests"), ("waiting", "waiting requests
 
 
 def figure(data, layout, columns, rows) -> dict:
-    base = {"margin": {"t": 40, "r": 20, "b": 50, "l": 60}, "legend": {"orientation": "h"},
+    base = {"margin": {"t": 40, "r": 20, "b": 90, "l": 60},
+            "legend": {"orientation": "h", "yanchor": "top", "y": -0.25},  # below the x-axis title
             "hovermode": "closest"}
     base.update(layout)
     return {"data": data, "layout": base, "table": {"columns": columns, "rows": rows}}

@@ -7,7 +7,7 @@ ensure_venv requirements-test.txt
 
 # Services: normally already running; start them if not.
 if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
-  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main start
 fi
 if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
