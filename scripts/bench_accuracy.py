@@ -2,18 +2,21 @@
 """Proof of accuracy: how close each load generator's TTFT and inter-token gaps are to the truth.
 
 The simulator (benchmarks/engine/simulator.py, `truth=True`) records on the machine's monotonic
-clock when it received each request, when each chunk was due and when it really handed each
-chunk to the socket. A load generator on the same machine reports TTFT and inter-token gaps;
-each of its requests is matched one-to-one to the simulator's record of that request (ours by
-prompt content, AIPerf by its X-Request-ID header, GuideLLM by prompt content), and
+clock when each request arrived (the kernel's receive time of its bytes) and when its own code
+read it, when each chunk was due and when it really handed each chunk to the socket. A load
+generator on the same machine reports TTFT and inter-token gaps; each of its requests is
+matched one-to-one to the simulator's record of that request (ours by prompt content, AIPerf by
+its X-Request-ID header, GuideLLM by prompt content), and
 
-    TTFT error = reported TTFT - (first chunk written - request received)
-    gap error  = reported gap k - (chunk k written - chunk k-1 written)
+    TTFT error   = reported TTFT - (first chunk written - request arrived)
+    (also shown against the simulator's read: reported TTFT - (first chunk written - request read))
+    gap error    = reported gap k - (chunk k written - chunk k-1 written)
     schedule lag = chunk k written - chunk k due      (the simulator keeping its schedule)
 
-Because both sides use the same clock, a TTFT error splits into the request leg (simulator
-received - client sent) and the response leg (client saw the first chunk - simulator wrote
-it); loopback transfer itself is tens of microseconds (printed as `loopback one-way`).
+Because both sides use the same clock, a TTFT error splits into the request leg (request
+arrived - client sent) and the response leg (client saw the first chunk - simulator wrote it);
+loopback transfer itself is tens of microseconds (printed as `loopback one-way`). Results and
+method: benchmarks/engine/ACCURACY.md.
 
 The same script runs NVIDIA AIPerf and GuideLLM (each from PyPI, each in its own virtualenv
 under ~/.cache/v100site-bench, created on first use) against a fresh simulator at the same
@@ -418,8 +421,9 @@ def run_guidellm(url: str, streams: int, n: int, args, tokenizer: Path, workdir:
 
 def _run_tool(cmd: list[str], log_path: Path, timeout: float, log) -> dict:
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               NO_COLOR="1", TERM="dumb", COLUMNS="200")
+    # No HF_HUB_OFFLINE: the tokenizer is a local directory, and AIPerf 0.13 in offline mode
+    # looks a local path up in the Hub cache as if it were a repository id, and fails.
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", NO_COLOR="1", TERM="dumb", COLUMNS="200")
     cpu0, w0 = children_cpu_s(), time.perf_counter()
     with open(log_path, "w") as f:
         try:
@@ -441,7 +445,7 @@ def measure(tool: str, streams: int, n: int, args, tokenizer: Path | None, workd
                     prefill_ms_per_token=PREFILL_MS_PER_TOKEN, decode_ms=DECODE_MS, slots=slots, truth=True)
     load0 = os.getloadavg()
     with SimulatorProcess(cfg) as sim:
-        sim_cpu0, w0 = proc_cpu_s(sim.proc.pid), time.perf_counter()
+        sim_cpu0 = proc_cpu_s(sim.proc.pid)
         if tool == "ours":
             info, records = run_ours(sim.url, streams, n, args)
         elif tool == "aiperf":
@@ -449,11 +453,15 @@ def measure(tool: str, streams: int, n: int, args, tokenizer: Path | None, workd
         else:
             info, records = run_guidellm(sim.url, streams, n, args, tokenizer, workdir, log)
         sim_cpu = proc_cpu_s(sim.proc.pid) - sim_cpu0
-        wall = time.perf_counter() - w0
         truth = sim.truth()
     info["loadavg_before"] = [round(x, 2) for x in load0]
     info["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    info["simulator_cpu_percent"] = 100.0 * sim_cpu / wall if wall else None
+    # CPU share of the simulator while it was serving (first request received to last chunk
+    # written; it idles while a tool starts up).
+    active = [t for t in truth if t.get("chunks")]
+    span = (max(t["chunks"][-1] for t in active) - min(t["received"] for t in active)) if active else 0.0
+    info["simulator_cpu_s"] = sim_cpu
+    info["simulator_cpu_percent"] = 100.0 * sim_cpu / span if span > 0 else None
     by_prompt, by_id = index_truth(truth, "prompt"), index_truth(truth, "id")
     errors = Errors()
     for rec in records:

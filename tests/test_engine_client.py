@@ -133,7 +133,6 @@ def test_requests_that_stop_short_are_flagged(simulator):
 
 
 def run_load(url, load, backend="vllm", **workload):
-    from benchmarks.engine.client import Load
 
     async def go():
         s = Session(Target(url, backend), Workload(**workload))

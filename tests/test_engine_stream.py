@@ -51,3 +51,14 @@ def test_done_sentinel():
 def test_bad_chunks_raise_stream_error_with_the_cause(data, message):
     with pytest.raises(StreamError, match=message):
         parse_chunk(data)
+
+
+def test_an_empty_text_token_mid_stream_is_still_a_token():
+    # vLLM: a token that ends inside a multi-byte UTF-8 character arrives with empty text.
+    c = parse_chunk(json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": None}]}))
+    assert c.is_content and c.content == ""
+
+
+def test_an_empty_final_chunk_is_not_a_token():
+    c = parse_chunk(json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+    assert not c.is_content

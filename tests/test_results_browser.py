@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.services import published_reports_load
-from factories import endpoint, measured_run, user
+from factories import endpoint, measured_run
 from test_browser import log_in, page  # noqa: F401  (the page fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

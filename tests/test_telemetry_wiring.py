@@ -7,7 +7,7 @@ from benchmarks.engine.gpu import GpuProbe, HostProbe
 from benchmarks.models import Host, Run
 from benchmarks.services import host_probe_store
 from conftest import spawn_worker, stop_worker, worker_env
-from factories import endpoint, run_form, user
+from factories import endpoint
 from test_worker import submit, wait_finished
 
 

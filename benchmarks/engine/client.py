@@ -8,22 +8,16 @@ keeps one httpx client (and so one warm connection pool) for all of it.
 from __future__ import annotations
 
 import asyncio
-import collections
+import contextlib
+import gc
 import importlib.util
 import random
-import select
-import socket
-import struct
 import sys
-import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-import httpcore
 import httpx
-from httpx_sse import EventSource, SSEError
 
 if importlib.util.find_spec("sniffio") is None:
     # httpcore asks `import sniffio` on every request (its locks and cancellation shields),
@@ -33,7 +27,8 @@ if importlib.util.find_spec("sniffio") is None:
     sys.modules.setdefault("sniffio", None)
 
 from .metrics import RequestResult, level_wall_time, percentile
-from .stream import StreamError, parse_chunk
+from .stream import StreamError, parse_chunk, sse_data
+from .transport import TimedStream, timed_transport
 
 BACKENDS = ("vllm", "llamacpp", "openai")
 
@@ -189,6 +184,7 @@ class Session:
         self.rng = random.Random(workload.seed)
         self.prompts = PromptFactory(None, self.rng)
         limit = max_connections or max(workload.concurrency_levels) + 4
+        self.max_connections = limit
         limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(self.timeouts.first_byte, connect=self.timeouts.connect),
@@ -353,7 +349,7 @@ class Session:
                 result.error, result.error_kind = f"connection lost: {describe_error(exc)}", "protocol"
             except httpx.ConnectError as exc:
                 result.error, result.error_kind = f"cannot connect: {describe_error(exc)}", "connect"
-            except (httpx.HTTPError, SSEError) as exc:
+            except httpx.HTTPError as exc:
                 result.error, result.error_kind = f"{describe_error(exc)}", "protocol"
             finally:
                 if not got_bytes:
@@ -368,12 +364,14 @@ class Session:
         stream, and a client that falls behind times its chunks late."""
         chunk_times, chunk_tokens = result.chunk_times, result.chunk_tokens
         perf_counter = time.perf_counter
-        async for event in EventSource(resp).aiter_sse():
+        events = sse_data(resp)
+        async for data in events:
             now = stream.arrived if stream is not None else perf_counter()
-            if not event.data:
+            if not data:
                 continue
-            chunk = parse_chunk(event.data)
+            chunk = parse_chunk(data)
             if chunk.done:
+                await _drain(events)
                 break
             if chunk.is_content:
                 if result.first_content is None:
@@ -402,24 +400,60 @@ class Session:
         return result
 
     # ---------------------------------------------------------------- one level
-    async def open_connections(self, n: int) -> None:
+    async def open_connections(self, n: int, hold_s: float = 2.0) -> None:
         """Open `n` pooled connections with tiny requests, so that connection setup never
-        lands in a measured TTFT."""
-        async def tiny(i: int) -> None:
-            await self.send(-1000 - i, self.prompts.make(8), 1, time.perf_counter())
-        await asyncio.gather(*(tiny(i) for i in range(n)))
+        lands in a measured request. The tiny responses are held open until all `n` have
+        started (at most `hold_s`), so that each one takes a connection of its own instead of
+        reusing one that a quicker tiny request has just freed; each is then read to its end,
+        which returns its connection to the pool."""
+        n = min(n, self.max_connections)  # more would only queue in the pool
+        path = "/v1/chat/completions" if self.workload.api == "chat" else "/v1/completions"
+        ready = asyncio.Event()
+        started = [0]
+
+        def arrive() -> None:
+            started[0] += 1
+            if started[0] >= n:
+                ready.set()
+
+        async def tiny() -> None:
+            arrived = False
+            try:
+                async with self.client.stream("POST", self.target.url(path),
+                                              json=self.body(self.prompts.make(8), 1)) as resp:
+                    arrive()
+                    arrived = True
+                    try:
+                        async with asyncio.timeout(hold_s):
+                            await ready.wait()
+                    except TimeoutError:
+                        pass  # a server that answers fewer at once: go on with what is open
+                    await resp.aread()
+            except httpx.HTTPError:
+                pass  # the measured requests will meet and record the same problem
+            finally:
+                if not arrived:
+                    arrive()
+
+        await asyncio.gather(*(tiny() for _ in range(n)))
 
     async def measure_level(self, concurrency: int, n_requests: int,
                             progress: ProgressCallback | None = None) -> LevelOutcome:
         return await self.measure(Load(concurrency=concurrency, requests=n_requests), progress)
 
+    @staticmethod
+    def streams_for(load: Load) -> int:
+        """Connections a level needs open before it starts."""
+        return load.concurrency if load.rate is None else (load.concurrency or min(256, max(4, int(load.rate * 2))))
+
     async def measure(self, load: Load, progress: ProgressCallback | None = None,
-                      should_stop: Callable[[], bool] | None = None) -> LevelOutcome:
-        """Measure one load level. Connections are opened first, so that connection setup
-        never lands in a measured TTFT. `should_stop` is polled every 0.2 s: when it says so,
-        the requests in flight are cancelled at once and Cancelled is raised."""
-        streams = load.concurrency if load.rate is None else (load.concurrency or min(256, max(4, int(load.rate * 2))))
-        await self.open_connections(streams)
+                      should_stop: Callable[[], bool] | None = None, open_pool: bool = True) -> LevelOutcome:
+        """Measure one load level. Connections are opened first (unless the caller already
+        did: `open_pool=False`), so that connection setup never lands in a measured TTFT.
+        `should_stop` is polled every 0.2 s: when it says so, the requests in flight are
+        cancelled at once and Cancelled is raised."""
+        if open_pool:
+            await self.open_connections(self.streams_for(load))
         monitor = ClientMonitor()
         monitor.start()
         started_at, t0 = time.time(), time.perf_counter()
@@ -435,12 +469,13 @@ class Session:
         mode = self._closed_loop if load.rate is None else self._open_loop
         work = asyncio.ensure_future(mode(load, t0, deadline, record, stop))
         try:
-            while not work.done():
-                await asyncio.wait({work}, timeout=0.2)
-                if should_stop is not None and not work.done() and should_stop():
-                    stop.set()
-                    work.cancel()
-                    await asyncio.gather(work, return_exceptions=True)
+            with _measuring_interpreter():
+                while not work.done():
+                    await asyncio.wait({work}, timeout=0.2)
+                    if should_stop is not None and not work.done() and should_stop():
+                        stop.set()
+                        work.cancel()
+                        await asyncio.gather(work, return_exceptions=True)
             work.result() if not work.cancelled() else None
         finally:
             client = monitor.stop()
@@ -516,6 +551,28 @@ class Session:
         return LevelOutcome(concurrency, results, time.time(), 0.0)
 
 
+@contextlib.contextmanager
+def _measuring_interpreter():
+    """While a level is measured: no cyclic garbage collection (at hundreds of streams a full
+    collection holds the interpreter for 100 ms or more, which delays every stream at once;
+    the few dozen cyclic objects a request leaves are collected right after the level) and a
+    0.1 ms GIL switch interval instead of 5 ms. The socket-reading thread gives the GIL up in
+    every recvmsg() and epoll wait, and while the event loop is busy (a burst of chunks to
+    parse) it waits a whole switch interval to get it back each time: at 5 ms, or even 1 ms,
+    reading a burst from hundreds of sockets took longer than the gap to the next chunk, and
+    two chunks read together can only be timed together."""
+    gc_enabled, interval = gc.isenabled(), sys.getswitchinterval()
+    gc.disable()
+    sys.setswitchinterval(min(interval, 0.0001))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+        if gc_enabled:
+            gc.enable()
+            gc.collect()
+
+
 class ClientMonitor:
     """How busy the client itself was during a level: event-loop lag (a 10 ms tick that
     wakes late means requests were timed late too) and the process's CPU use."""
@@ -548,313 +605,16 @@ class ClientMonitor:
         }
 
 
-# ------------------------------------------------------------------------------ timed sockets
-# Plain-HTTP connections use our own small network backend for httpcore instead of anyio's:
-# every read takes the kernel's receive timestamp of its bytes (SO_TIMESTAMPNS), and a thread
-# reads the sockets as soon as bytes arrive, so a chunk is timed when it reached the socket,
-# not when our event loop got round to parsing it (a client busy with hundreds of streams, or
-# one the OS did not schedule for a few milliseconds, no longer inflates TTFT and ITL); a
-# request's send time is taken just before its send() call, with no await in between; and the
-# per-read path is lighter (no cancel scope and no epoll re-registration per read). HTTPS,
-# proxies and systems without SO_TIMESTAMPNS or epoll keep httpx's default transport.
-
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
-_SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
-_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one timespec
-_TIMESPEC = struct.Struct("@ll")  # struct timespec
-_READ_SIZE = 65536
-_MAX_BUFFERED = 1 << 20  # stop reading the socket (backpressure) past this much unread data
-
-
-def timed_transport(base_url: str, limits: httpx.Limits) -> httpx.AsyncHTTPTransport | None:
-    """An httpx transport on TimedBackend for a plain-HTTP target reached without a proxy;
-    None (httpx's default transport) otherwise."""
-    url = httpx.URL(base_url)
-    if (url.scheme != "http" or _SO_TIMESTAMPNS is None or not hasattr(socket.socket, "recvmsg")
-            or not hasattr(select, "epoll")):
-        return None
-    proxies = urllib.request.getproxies_environment()
-    if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass_environment(url.host):
-        return None
-    transport = httpx.AsyncHTTPTransport(limits=limits)
-    transport._pool = httpcore.AsyncConnectionPool(
-        max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry, http1=True, http2=False, network_backend=TimedBackend())
-    return transport
-
-
-class TimedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore network backend on plain non-blocking asyncio sockets (TCP only)."""
-
-    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-                last: OSError | None = None
-                for family, kind, proto, _, addr in infos:
-                    sock = socket.socket(family, kind, proto)
-                    try:
-                        sock.setblocking(False)
-                        for option in socket_options or ():
-                            sock.setsockopt(*option)
-                        if local_address:
-                            sock.bind((local_address, 0))
-                        await loop.sock_connect(sock, addr)
-                    except OSError as exc:
-                        sock.close()
-                        last = exc
-                        continue
-                    except BaseException:
-                        sock.close()
-                        raise
-                    return TimedStream(sock, loop)
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"timed out connecting to {host}:{port}") from exc
-        except OSError as exc:  # name resolution
-            raise httpcore.ConnectError(str(exc)) from exc
-        raise httpcore.ConnectError(str(last) if last else f"cannot connect to {host}:{port}")
-
-    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
-        raise httpcore.ConnectError("unix sockets are not supported by TimedBackend")
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-class _SocketReader:
-    """The process's one socket-reading thread for every TimedStream: it waits in epoll and
-    reads each socket as soon as bytes arrive (recvmsg, with the kernel's receive time), so
-    that bytes are timed when they came even while the event loop is busy parsing other
-    streams (it only needs the GIL, which a busy thread hands over every few milliseconds).
-    A read that finds several chunks queued can only time them all at the latest one's
-    arrival: reading at once keeps chunks apart. The event loop is woken once per batch."""
-
-    _instance: "_SocketReader | None" = None
-    _lock = threading.Lock()
-
-    @classmethod
-    def get(cls) -> "_SocketReader":
-        with cls._lock:
-            if cls._instance is None or not cls._instance.thread.is_alive():
-                cls._instance = cls()
-            return cls._instance
-
-    def __init__(self):
-        self.epoll = select.epoll()
-        self.streams: dict[int, TimedStream] = {}
-        self.thread = threading.Thread(target=self._run, name="timed-socket-reader", daemon=True)
-        self.thread.start()
-
-    def add(self, stream: "TimedStream") -> None:
-        self.streams[stream.fd] = stream
-        self.epoll.register(stream.fd, select.EPOLLIN)
-
-    def pause(self, stream: "TimedStream", paused: bool) -> None:
-        try:
-            self.epoll.modify(stream.fd, 0 if paused else select.EPOLLIN)
-        except (OSError, ValueError):
-            pass
-
-    def remove(self, stream: "TimedStream") -> None:
-        if self.streams.get(stream.fd) is stream:
-            del self.streams[stream.fd]
-            try:
-                self.epoll.unregister(stream.fd)
-            except (OSError, ValueError):
+async def _drain(events) -> None:
+    """Read what follows [DONE] (normally just the end of the chunked body, already here): a
+    response read to its end leaves its connection in the pool for the next request, while one
+    closed early makes httpcore close the connection, and every request then connects anew."""
+    try:
+        async with asyncio.timeout(1.0):
+            async for _ in events:
                 pass
-
-    def _run(self) -> None:
-        streams, poll = self.streams, self.epoll.poll
-        while True:
-            try:
-                events = poll()
-            except InterruptedError:
-                continue
-            woken: dict = {}
-            for fd, _ in events:
-                stream = streams.get(fd)
-                if stream is not None and stream._receive():
-                    woken.setdefault(stream.loop, []).append(stream)
-            for loop, batch in woken.items():
-                try:
-                    loop.call_soon_threadsafe(_wake_streams, batch)
-                except RuntimeError:  # that event loop is closed
-                    pass
-
-
-def _wake_streams(streams: list["TimedStream"]) -> None:
-    for stream in streams:
-        waiter = stream._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
-class TimedStream(httpcore.AsyncNetworkStream):
-    """One TCP connection, read by the _SocketReader thread the moment bytes arrive, each
-    piece kept with the monotonic time its bytes reached the socket.
-
-    `arrived`: arrival time (time.perf_counter clock) of the bytes most recently returned by
-    read(); pieces read together share the time of the latest of them.
-    `request_written`: time just before the first send() of the latest request."""
-
-    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop):
-        self.sock = sock
-        self.loop = loop
-        self.fd = sock.fileno()
-        self.arrived: float = time.perf_counter()
-        self.request_written: float | None = None
-        self._pieces: collections.deque[tuple[bytes, float]] = collections.deque()
-        self._received = 0  # bytes, written by the reader thread only
-        self._consumed = 0  # bytes, written by the event loop only
-        self._paused = False
-        self._eof = False
-        self._error: OSError | None = None
-        self._waiter: asyncio.Future | None = None
-        self._read_since_write = True
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-        self._reader = _SocketReader.get()
-        self._reader.add(self)
-
-    # -------------------------------------------------------------- reading
-    def _receive(self) -> bool:
-        """In the reader thread: read what arrived; True when a waiting read() must wake."""
-        try:
-            data, ancdata, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError as exc:
-            data, ancdata = b"", ()
-            self._error = exc
-        now = time.perf_counter()
-        for _, kind, raw in ancdata:
-            if kind == _SCM_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
-                sec, nsec = _TIMESPEC.unpack_from(raw)
-                age = time.time() - (sec + nsec * 1e-9)  # how long the bytes waited for us
-                if 0.0 <= age < 60.0:
-                    now -= age
-        if data:
-            self._pieces.append((data, now))
-            self._received += len(data)
-            if self._received - self._consumed > _MAX_BUFFERED and not self._paused:
-                self._paused = True
-                self._reader.pause(self, True)
-        else:
-            self._eof = True
-            self._reader.remove(self)
-        return self._waiter is not None
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        self._read_since_write = True
-        if not self._pieces:
-            timer = None
-            expired = [False]
-            try:
-                while not self._pieces:
-                    if self._error is not None:
-                        raise httpcore.ReadError(str(self._error))
-                    if self._eof or self.fd < 0:
-                        return b""
-                    if expired[0]:
-                        raise httpcore.ReadTimeout("timed out")
-                    waiter = self._waiter = self.loop.create_future()
-                    # The reader thread may have queued a piece before it could see the waiter.
-                    if self._pieces or self._eof or self._error is not None:
-                        break
-                    if timeout and timer is None:
-                        timer = self.loop.call_later(timeout, _expire_read, self, expired)
-                    await waiter
-            finally:
-                self._waiter = None
-                if timer is not None:
-                    timer.cancel()
-        data, self.arrived = self._pieces[0]
-        if len(data) > max_bytes:
-            self._pieces[0] = (data[max_bytes:], self.arrived)
-            data = data[:max_bytes]
-        else:
-            self._pieces.popleft()
-        self._consumed += len(data)
-        if self._paused and self._received - self._consumed <= _MAX_BUFFERED // 2:
-            self._paused = False
-            self._reader.pause(self, False)
-        return data
-
-    # -------------------------------------------------------------- writing
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not buffer:
-            return
-        if self._read_since_write:
-            self._read_since_write = False
-            self.request_written = time.perf_counter()
-        view = memoryview(buffer)
-        while view:
-            try:
-                sent = self.sock.send(view)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                raise httpcore.WriteError(str(exc)) from exc
-            view = view[sent:]
-            if view:
-                waiter = self.loop.create_future()
-                self.loop.add_writer(self.fd, _wake, waiter)
-                timer = self.loop.call_later(timeout, _expire, waiter, httpcore.WriteTimeout) if timeout else None
-                try:
-                    await waiter
-                finally:
-                    self.loop.remove_writer(self.fd)
-                    if timer is not None:
-                        timer.cancel()
-
-    async def aclose(self) -> None:
-        if self.fd >= 0:
-            self._reader.remove(self)
-            self.fd = -1
-            self.sock.close()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def start_tls(self, ssl_context, server_hostname=None, timeout=None):
-        raise httpcore.ConnectError("TLS is not supported by TimedBackend")
-
-    def get_extra_info(self, info: str):
-        if info == "socket":
-            return self.sock
-        if info == "client_addr":
-            return self.sock.getsockname()
-        if info == "server_addr":
-            return self.sock.getpeername()
-        if info == "is_readable":
-            # An idle keep-alive connection with something to read was closed by the server.
-            if self._pieces or self._eof or self._error is not None:
-                return True
-            try:
-                poller = select.poll()
-                poller.register(self.fd, select.POLLIN)
-                return bool(poller.poll(0))
-            except (OSError, ValueError):
-                return True
-        return None
-
-
-def _expire_read(stream: TimedStream, expired: list) -> None:
-    expired[0] = True
-    waiter = stream._waiter
-    if waiter is not None and not waiter.done():
-        waiter.set_result(None)
-
-
-def _expire(waiter: asyncio.Future, error: type[Exception]) -> None:
-    if not waiter.done():
-        waiter.set_exception(error("timed out"))
-
-
-def _wake(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+    except (TimeoutError, httpx.HTTPError, StreamError):
+        pass
 
 
 def describe_error(exc: BaseException) -> str:

@@ -16,13 +16,16 @@ async def measure_observed(session: Session, load: Load, progress: ProgressCallb
     """Measure `load` while sampling the GPUs (a thread, only when `gpu_indices` is given:
     the worker must run on the GPU's host) and the server's /metrics (a task in this loop).
     Returns the outcome and the GPU and server telemetry ({"summary", "series"})."""
+    # The pool's tiny opening requests come first, so that the server's own histograms over
+    # the sampled span hold only the level's requests.
+    await session.open_connections(session.streams_for(load))
     gpus = gpu_telemetry.GpuSampler(gpu_indices, gpu_interval_s) if gpu_indices is not None else None
     if gpus is not None:
         gpus.start()
     server = MetricsSampler(session.target.base_url, metrics_interval_s, client=session.client)
     server.start()
     try:
-        outcome = await session.measure(load, progress, should_stop)
+        outcome = await session.measure(load, progress, should_stop, open_pool=False)
     finally:
         await server.stop()
         if gpus is not None:

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 FAULTS = ("none", "http500", "reset", "stall", "malformed", "error_chunk", "truncate", "slow_drip")
 

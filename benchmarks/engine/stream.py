@@ -1,12 +1,13 @@
-"""Reading one streamed OpenAI-compatible response chunk (vLLM and llama.cpp dialects).
-
-SSE framing itself is done by httpx-sse; this module says what a decoded `data:` payload
-means for the measurement: content or not, usage, llama.cpp timings, errors.
+"""Reading a streamed OpenAI-compatible response (vLLM and llama.cpp dialects): the SSE
+framing (`sse_data`) and what each decoded `data:` payload means for the measurement
+(`parse_chunk`): content or not, usage, llama.cpp timings, errors.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+import httpx
 
 
 class StreamError(Exception):
@@ -54,6 +55,10 @@ def parse_chunk(data: str) -> Chunk:
         if isinstance(text, str) and text:
             chunk.content += text
             chunk.is_content = True
+        elif text == "" and choice.get("finish_reason") is None and chunk.usage is None and chunk.timings is None:
+            # vLLM streams one chunk per token; a token that ends inside a multi-byte UTF-8
+            # character comes with empty text. It is still a generated token.
+            chunk.is_content = True
         if isinstance(delta, dict):
             for key in ("reasoning_content", "reasoning"):
                 if isinstance(delta.get(key), str) and delta[key]:
@@ -67,3 +72,35 @@ def parse_chunk(data: str) -> Chunk:
                 chunk.content += json.dumps(delta["tool_calls"])
                 chunk.is_content = True
     return chunk
+
+
+async def sse_data(resp: httpx.Response):
+    """The `data` of each server-sent event of a streamed response, as text, as soon as the
+    event is complete (the SSE format: lines end with CRLF, LF or CR; an event ends with a
+    blank line; its `data:` lines are joined with newlines; other fields and comments are
+    ignored; events without data are skipped). Works on the bytes, one split per network
+    read: httpx-sse's line-by-line text decoding cost about a fifth of each chunk's handling,
+    which counts at hundreds of streams."""
+    content_type = resp.headers.get("content-type", "").partition(";")[0]
+    if "text/event-stream" not in content_type:
+        raise StreamError("Expected response header Content-Type to contain 'text/event-stream', "
+                       f"got {content_type!r}")
+    buf = b""
+    async for raw in resp.aiter_bytes():
+        buf = buf + raw if buf else raw
+        if b"\r" in buf:
+            if buf.endswith(b"\r"):
+                continue  # maybe the first half of a CRLF
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if b"\n\n" not in buf:
+            continue
+        *complete, buf = buf.split(b"\n\n")
+        for event in complete:
+            if event.startswith(b"data:") and b"\n" not in event:  # the usual one-line event
+                yield (event[6:] if event[5:6] == b" " else event[5:]).decode("utf-8", "replace")
+                continue
+            data = [line[6:] if line[5:6] == b" " else line[5:]
+                    for line in event.split(b"\n") if line.startswith(b"data:")]
+            if data:
+                yield b"\n".join(data).decode("utf-8", "replace")
+    # An event not ended by a blank line when the stream ends is dropped, as the SSE spec says.
