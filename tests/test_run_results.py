@@ -10,7 +10,8 @@ from factories import endpoint, measured_run, user
 
 pytestmark = pytest.mark.django_db
 
-GPU = {"summary": {"peak_memory_mib": 6000, "max_temperature_c": 60},
+GPU = {"summary": {"samples": 2, "peak_memory_used_mib": 6000, "max_temperature_c": 60, "throttle_reasons": {},
+                   "gpus": [{"index": 0, "peak_process_memory_mib": {"4242": 5800.0}}]},
        "series": {"t": [0.0, 0.2], "gpus": {"0": {"memory_used_mib": [5000, 6000], "utilization_gpu": [80, 99],
                                                     "temperature_c": [50, 60], "power_w": [200, 300]}}}}
 SERVER = {"summary": {}, "idle_at_start": True, "series": {"t": [0.0, 0.5], "running": [0, 8], "waiting": [0, 2]}}
@@ -58,6 +59,7 @@ def test_the_run_page_offers_charts_downloads_and_a_copy_link(client):
     assert 'data-copy="permalink"' in page and run.public_id in page
     assert reverse("run-export", args=[run.public_id]) in page and 'id="chart-gpu"' in page
     assert 'id="chart-server"' not in page  # nothing scraped, no empty chart
+    assert "GPU 0 pid 4242: 5.66" in page  # peak memory per process
 
 
 def test_the_export_has_config_levels_requests_and_no_secrets(client):
