@@ -149,6 +149,48 @@ def llama_server():
             proc.kill()
 
 
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture
+def browser(chromium_path, live_server, monkeypatch):
+    """Debian's chromium driven by Playwright, against the live test server."""
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
+    # still plain synchronous code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium_path, args=BROWSER_ARGS)
+        yield b
+        b.close()
+
+
+def watched(page):
+    """Collect the page's JavaScript errors in `page.js_errors`."""
+    page.js_errors = []
+    page.on("pageerror", lambda exc: page.js_errors.append(str(exc)))
+    page.on("console", lambda msg: msg.type == "error" and page.js_errors.append(msg.text))
+    return page
+
+
+@pytest.fixture
+def page(browser):
+    return watched(browser.new_page())
+
+
+def log_in(page, live_server, path="/runs/new/"):
+    """Log in as the member "alice" through the login form, landing on `path`."""
+    from factories import user
+
+    user()
+    page.goto(live_server.url + path)
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "pw-for-tests-1")
+    page.click("button[type=submit]")
+
+
 @pytest.fixture
 def chromium_path() -> str:
     path = shutil.which("chromium") or "/usr/bin/chromium"

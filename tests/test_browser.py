@@ -1,34 +1,10 @@
 """The pages in a real browser: Playwright driving Debian's chromium."""
 import pytest
-from playwright.sync_api import sync_playwright
 
-from factories import endpoint, user
+from conftest import log_in
+from factories import endpoint
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def page(chromium_path, live_server, monkeypatch):
-    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
-    # still plain synchronous code.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
-        pg = browser.new_page()
-        pg.js_errors = []
-        pg.on("pageerror", lambda exc: pg.js_errors.append(str(exc)))
-        yield pg
-        browser.close()
-
-
-def log_in(page, live_server):
-    user()
-    page.goto(live_server.url + "/runs/new/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
 
 
 def test_a_member_submits_a_run_watches_it_and_reads_the_results(page, live_server, simulator, celery_worker_process):

@@ -2,42 +2,16 @@
 import os
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from benchmarks.models import Decision
-from factories import user
+from conftest import log_in, watched
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-               "--disable-sync", "--no-first-run"]
-
-
-@pytest.fixture
-def browser(chromium_path, live_server, monkeypatch):
-    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
-    # still plain synchronous code.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium_path, args=LAUNCH_ARGS)
-        yield b
-        b.close()
-
-
-def watched(page):
-    page.js_errors = []
-    page.on("pageerror", lambda exc: page.js_errors.append(str(exc)))
-    page.on("console", lambda msg: msg.type == "error" and not msg.location.get("url", "").endswith(
-        "/favicon.ico") and page.js_errors.append(msg.text))
-    return page
 
 
 def test_a_member_states_a_workload_and_shares_the_recommendation(browser, live_server):
-    user()
     page = watched(browser.new_page())
-    page.goto(live_server.url + "/decide/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
+    log_in(page, live_server, "/decide/")
     page.wait_for_selector("#decision-form")
 
     page.fill("input[name=gpu_name]", "Tesla V100-PCIE-16GB")
@@ -74,12 +48,8 @@ def test_a_member_states_a_workload_and_shares_the_recommendation(browser, live_
 
 
 def test_bad_values_come_back_as_field_messages(browser, live_server):
-    user()
     page = watched(browser.new_page())
-    page.goto(live_server.url + "/decide/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
+    log_in(page, live_server, "/decide/")
     page.wait_for_selector("#decision-form")
     page.fill("input[name=gpu_name]", "Tesla V100-PCIE-16GB")
     page.fill("input[name=compute_capability]", "seven")

@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.services import published_reports_load
 from factories import endpoint, measured_run
-from test_browser import log_in, page  # noqa: F401  (the page fixture)
+from conftest import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 DATA = Path(__file__).parent / "data" / "imports"
