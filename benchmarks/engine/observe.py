@@ -2,11 +2,15 @@
 the client's monotonic clock (series times are seconds from the level's t0)."""
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Callable
+
+import httpx
 
 from . import gpu as gpu_telemetry
 from .client import Load, LevelOutcome, ProgressCallback, Session
-from .server_metrics import MetricsSampler
+from .server_metrics import MetricsSampler, scrape, server_was_idle
 
 
 async def measure_observed(session: Session, load: Load, progress: ProgressCallback | None = None,
@@ -19,6 +23,7 @@ async def measure_observed(session: Session, load: Load, progress: ProgressCallb
     # The pool's tiny opening requests come first, so that the server's own histograms over
     # the sampled span hold only the level's requests.
     await session.open_connections(session.streams_for(load))
+    await _settle(session)
     gpus = gpu_telemetry.GpuSampler(gpu_indices, gpu_interval_s) if gpu_indices is not None else None
     if gpus is not None:
         gpus.start()
@@ -37,6 +42,21 @@ async def measure_observed(session: Session, load: Load, progress: ProgressCallb
     metrics = {"summary": server.summary(), "series": _relative(server.series(), outcome.t0)}
     metrics["idle_at_start"] = metrics["summary"].get("idle_at_start")
     return outcome, gpu, metrics
+
+
+async def _settle(session: Session, timeout_s: float = 2.0) -> None:
+    """Give the server a moment to retire our own opening requests (it may still count one as
+    running just after its last byte reached us), so that "idle at start" speaks of others'
+    load only. Returns at once when the server has no /metrics."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        try:
+            response = await session.client.get(session.target.url("/metrics"), timeout=2.0)
+        except httpx.HTTPError:
+            return
+        if response.status_code != 200 or server_was_idle(scrape(response.text)) is not False:
+            return
+        await asyncio.sleep(0.05)
 
 
 def _relative(series: dict, t0: float) -> dict:
