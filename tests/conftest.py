@@ -72,7 +72,9 @@ def spawn_worker(env: dict, name: str = "worker") -> subprocess.Popen:
     """Start `celery worker` (solo pool, the shared queue) and wait until it is ready."""
     from django.conf import settings
 
-    log_path = ROOT / "var" / f"test-{name}.log"
+    # One log per test session: two sessions on one machine (different test databases) must not
+    # read each other's "ready".
+    log_path = ROOT / "var" / f"test-{name}-{os.getpid()}.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "v100site", "worker", "--pool", "solo", "--concurrency", "1",
@@ -135,11 +137,17 @@ def llama_server():
         pytest.fail("llama-server or its model is not built: run `scripts/llm-servers.sh build` and `... model` "
                     "(scripts/test.sh does it)")
     port = free_port()
+    log_path = ROOT / "var" / f"test-llama-server-{os.getpid()}.log"
+    # The script prints why the server died (its log tail and exit signal); keep that for the error.
     proc = subprocess.Popen(["bash", str(LLM_SERVERS), "serve", str(port), "--parallel", "4", "-c", "4096",
-                             "-t", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "-t", "2"], stdout=subprocess.DEVNULL, stderr=open(log_path, "w"),
+                            env={**os.environ, "LLAMA_SERVER_LOG": str(log_path.with_suffix(".server.log"))})
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_http(url + "/health", 120, proc)
+        try:
+            wait_http(url + "/health", 120, proc)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{log_path.read_text()[-3000:]}") from exc
         yield url
     finally:
         proc.terminate()
