@@ -1,6 +1,7 @@
 """The load generator against the simulated server: known latencies come back, every kind of
 server fault becomes a recorded error with its cause, never an exception."""
 import asyncio
+import time
 
 import pytest
 
@@ -110,10 +111,30 @@ def test_a_slow_drip_of_split_chunks_still_completes(simulator):
 
 
 def test_a_keepalive_connection_closed_by_the_server_is_retried(simulator):
-    # The simulator closes every connection after one request, like llama-server under load.
+    # The simulator drops, without a byte of response, every request that arrives on a
+    # connection which already served one: like a server that closed an idle keep-alive
+    # connection just as the client reused it.
     sim = simulator(decode_ms=1, max_keepalive_requests=1)
     results = one_level(sim.url)
-    assert all(r.ok for r in results)
+    assert all(r.ok for r in results), [r.error for r in results]
+    # The retry really ran: every measured request after the first met a dropped connection
+    # (the first takes a fresh one: the pool's opening request found its connection dropped).
+    assert sim.stats()["dropped"] >= len(results) - 1
+
+
+def test_a_level_reuses_its_pooled_connections_and_closing_the_session_closes_them(simulator):
+    sim = simulator(decode_ms=1)
+    _, outcomes = measure(sim.url, levels=(1, 4), n=8, output_tokens=5)
+    assert all(r.ok for outcome in outcomes for r in outcome.results)
+    stats = sim.stats()
+    # Preflight, prompts, warmup and the level of 1 share one connection; the level of 4 holds
+    # four open at once: 4 connections for 26 requests (3 to check and tokenize, 2 warmups, the
+    # pool's 1 + 4 opening requests, 16 measured), not one per request.
+    assert stats["requests"] >= 26 and stats["connections"] == 4, stats
+    deadline = time.monotonic() + 5
+    while sim.stats()["open_connections"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sim.stats()["open_connections"] == 0  # the server saw every one of them closed
 
 
 def test_requests_that_stop_short_are_flagged(simulator):

@@ -22,6 +22,15 @@ connection is dropped mid-stream), stall (stops writing mid-stream), malformed (
 chunk), error_chunk (an error object in the stream), truncate (the stream ends without
 finish_reason or usage), slow_drip (each token split over several chunks, slowly).
 
+More faults: `max_keepalive_requests` (a request arriving on a connection that already served
+that many is read and dropped without a byte of response, like a server that closed an idle
+keep-alive connection), `fail_paths` ("/v1/models=500,/tokenize=404": those routes answer that
+status) and `api_key` (every route but /health answers 401 without `Authorization: Bearer
+<api_key>`, like `vllm serve --api-key`). `tls_cert` / `tls_key` (PEM files) serve HTTPS, TLS
+terminated in front of the plain server the way a reverse proxy does. GET /_stats says what
+the server saw: connections accepted and still open, requests, keep-alive drops, requests
+refused for a missing or wrong key.
+
 Written on raw non-blocking sockets driven by asyncio rather than a web framework (or even
 asyncio transports) because fault injection needs control of the socket (dropping a
 connection mid-chunk), the truth needs the kernel's receive times, and the overhead must stay
@@ -61,6 +70,10 @@ class SimConfig:
     fault_every: int = 1
     fault_after_tokens: int = 3
     max_keepalive_requests: int = 0  # drop the request after N on one connection (0 = never)
+    fail_paths: str = ""  # "/v1/models=500,/tokenize=404": those routes answer that status
+    api_key: str = ""  # required as "Authorization: Bearer <key>" on every route but /health
+    tls_cert: str = ""  # PEM certificate (chain) and key: serve HTTPS
+    tls_key: str = ""
     truth: bool = False
     vocab: int = 32000
 
@@ -94,6 +107,10 @@ class Simulator:
         self.truth: list[dict] = []
         self.listener: socket.socket | None = None
         self.tasks: set[asyncio.Task] = set()
+        # What the server saw (GET /_stats).
+        self.stats = {"connections": 0, "open_connections": 0, "requests": 0, "dropped": 0, "unauthorized": 0}
+        self.fail_paths = {path.strip(): int(status) for path, _, status in
+                           (item.rpartition("=") for item in config.fail_paths.split(",") if item.strip())}
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self.listener = socket.create_server((host, port), backlog=2048)
@@ -107,6 +124,7 @@ class Simulator:
         while True:
             sock, _ = await loop.sock_accept(self.listener)
             conn = Connection(sock, loop)
+            self.stats["connections"] += 1
             task = loop.create_task(self.handle(conn, conn))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -114,6 +132,8 @@ class Simulator:
     # ------------------------------------------------------------------ HTTP
     async def handle(self, reader: "Connection", writer: "Connection") -> None:
         served = 0
+        counted = True  # in the stats: a connection of the client under test
+        self.stats["open_connections"] += 1
         try:
             while True:
                 try:
@@ -131,9 +151,17 @@ class Simulator:
                     return
                 received = time.perf_counter()
                 served += 1
+                if path.split("?")[0] in ("/_stats", "/_truth"):
+                    if counted:  # a test asking what the server saw: not part of what it saw
+                        counted = False
+                        self.stats["connections"] -= 1
+                        self.stats["open_connections"] -= 1
+                else:
+                    self.stats["requests"] += 1
                 if 0 < self.config.max_keepalive_requests < served:
                     # Like a server that already closed an idle keep-alive connection: the
                     # request is read and dropped without a byte of response.
+                    self.stats["dropped"] += 1
                     return
                 close = headers.get("connection", "").lower() == "close"
                 keep = await self.route(method, path.split("?")[0], body, writer, received, close, headers)
@@ -142,6 +170,8 @@ class Simulator:
         except (ConnectionError, asyncio.CancelledError):
             return
         finally:
+            if counted:
+                self.stats["open_connections"] -= 1
             try:
                 writer.close()
             except Exception:
@@ -150,8 +180,8 @@ class Simulator:
     async def respond(self, writer, status: int, payload, close: bool, content_type="application/json") -> bool:
         data = payload if isinstance(payload, bytes) else (
             payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error",
-                  503: "Service Unavailable"}.get(status, "OK")
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+                  500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
         writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
                      f"Content-Length: {len(data)}\r\n"
                      f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n".encode() + data)
@@ -160,6 +190,16 @@ class Simulator:
 
     async def route(self, method, path, body, writer, received, close, headers=None) -> bool:
         cfg = self.config
+        if method == "GET" and path == "/_stats":
+            return await self.respond(writer, 200, self.stats, close)
+        if method == "GET" and path == "/_truth":
+            return await self.respond(writer, 200, self.truth, close)
+        if cfg.api_key and path != "/health" and (headers or {}).get("authorization") != f"Bearer {cfg.api_key}":
+            self.stats["unauthorized"] += 1
+            return await self.respond(writer, 401, {"error": {"message": "invalid api key"}}, close)
+        if path in self.fail_paths:
+            status = self.fail_paths[path]
+            return await self.respond(writer, status, {"error": {"message": f"simulated HTTP {status}"}}, close)
         if method == "GET" and path == "/health":
             return await self.respond(writer, 200, {"status": "ok"} if cfg.dialect == "llamacpp" else b"", close)
         if method == "GET" and path == "/v1/models":
@@ -176,8 +216,6 @@ class Simulator:
         if method == "GET" and path == "/slots" and cfg.dialect == "llamacpp":
             return await self.respond(writer, 200, [{"id": i, "n_ctx": 4096, "is_processing": False}
                                                     for i in range(cfg.slots)], close)
-        if method == "GET" and path == "/_truth":
-            return await self.respond(writer, 200, self.truth, close)
         if method == "POST" and path == "/tokenize":
             try:
                 req = json.loads(body or b"{}")
@@ -522,6 +560,36 @@ async def _sleep_until(deadline: float) -> None:
         await asyncio.sleep(delay)
 
 
+async def tls_front(host: str, port: int, inner_port: int, cert: str, key: str) -> int:
+    """HTTPS in front of the plain simulator on `inner_port`, the way a reverse proxy
+    terminates TLS: each TLS connection is piped to a plain one. Returns its port."""
+    import ssl
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key or None)
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            inner_reader, inner_writer = await asyncio.open_connection("127.0.0.1", inner_port)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, inner_writer), pipe(inner_reader, writer))
+
+    server = await asyncio.start_server(handle, host, port, ssl=context)
+    return server.sockets[0].getsockname()[1]
+
+
 class SimulatorProcess:
     """Start the simulator in its own process (so it never shares an event loop or the GIL
     with the client it is measuring). Use as a context manager; `.url` is its base URL."""
@@ -544,8 +612,17 @@ class SimulatorProcess:
         return self
 
     def truth(self) -> list[dict]:
+        return self._get("/_truth")
+
+    def stats(self) -> dict:
+        """What the server saw: connections (accepted, still open), requests, keep-alive drops,
+        requests refused for want of the API key."""
+        return self._get("/_stats")
+
+    def _get(self, path: str):
         import httpx
-        return httpx.get(self.url + "/_truth", timeout=30).json()
+        # Our own simulator: its HTTPS certificate is whatever the test made.
+        return httpx.get(self.url + path, timeout=30, verify=False).json()
 
     def __exit__(self, *exc) -> None:
         if self.proc and self.proc.poll() is None:
@@ -577,8 +654,12 @@ def main(argv=None) -> None:
 
     async def serve() -> None:
         sim = Simulator(cfg)
-        port = await sim.start(a.host, a.port)
-        print(f"listening on http://{a.host}:{port}", flush=True)
+        if cfg.tls_cert:
+            port = await tls_front(a.host, a.port, await sim.start("127.0.0.1", 0), cfg.tls_cert, cfg.tls_key)
+            print(f"listening on https://{a.host}:{port}", flush=True)
+        else:
+            port = await sim.start(a.host, a.port)
+            print(f"listening on http://{a.host}:{port}", flush=True)
         await asyncio.Event().wait()
 
     try:

@@ -74,6 +74,7 @@ class _Pool(httpcore.AsyncConnectionPool):
             else:
                 kept.append(connection)
         self._connections[:] = kept
+        kept = self._connections  # the connections created below must join the pool itself
         for pool_request in self._requests:
             if not pool_request.is_queued():
                 continue
