@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.importers import (
-    MAX_BYTES, ImportedLevel, ImportedReport, ReportFormatError, detect_kind, parse_report,
+    MAX_BYTES, MAX_LEVELS, MAX_VALUES, ImportedLevel, ImportedReport, ReportFormatError, detect_kind, parse_report,
     v100_writeup_reports)
 from benchmarks.importers._fields import load_documents
 
@@ -33,9 +33,9 @@ def dump(value) -> bytes:
     return json.dumps(value).encode()
 
 
-def error_of(data, kind=None, filename="") -> str:
+def error_of(data, kind=None, filename="", **limits) -> str:
     with pytest.raises(ReportFormatError) as info:
-        parse_report(data, filename=filename, kind=kind)
+        parse_report(data, filename=filename, kind=kind, **limits)
     return str(info.value)
 
 
@@ -343,8 +343,10 @@ def test_malformed_input_names_the_problem(data, message):
     assert message in error_of(data)
 
 
-def test_size_limit():
-    assert "the limit is 20 MB" in error_of(b" " * (MAX_BYTES + 1))
+def test_size_limit_is_said_in_the_unit_it_is_set_in():
+    assert error_of(b" " * (MAX_BYTES + 1)) == "file is 20,971,521 bytes; the limit is 20 MiB"
+    assert error_of(b" " * (25 * 2**20)) == "file is 25 MiB; the limit is 20 MiB"
+    assert error_of(b"[1]" * 600, max_bytes=1024) == "file is 1.8 KiB; the limit is 1 KiB"
 
 
 @pytest.mark.parametrize("kind, message", [
@@ -367,6 +369,72 @@ def test_explicit_kind_errors(kind, data, message):
 
 def test_yaml_upload_gets_a_hint():
     assert "only JSON is read" in error_of(b"benchmarks:\n  - x: 1\n", filename="report.yaml")
+
+
+# --- bounds: what one import may hold, and only text a database can store -----------------
+
+def _llama_entries(n: int) -> bytes:
+    entry = {"n_prompt": 0, "n_gen": 128, "avg_ts": 56.2}
+    return dump([entry] * n)
+
+
+def test_the_200000_entry_llama_bench_file_is_refused_before_its_entries_are_read():
+    data = _llama_entries(200_000)
+    assert len(data) > 7_000_000
+    assert error_of(data) == ("llama-bench JSON: 200,000 test entries; one import holds at most "
+                              f"{MAX_LEVELS:,} — split the file")
+
+
+def test_the_level_limit_is_exact_and_holds_for_every_format():
+    assert len(parse_report(_llama_entries(MAX_LEVELS)).levels) == MAX_LEVELS
+    assert "1,001 test entries" in error_of(_llama_entries(MAX_LEVELS + 1))
+    assert "3 test entries; one import holds at most 2" in error_of(_llama_entries(3), max_levels=2)
+    jsonl = raw("vllm_bench_serve_appended_c1_c8.jsonl")
+    assert error_of(jsonl, max_levels=1) == ("vllm bench serve JSON: 2 results; one import holds at "
+                                             "most 1 — split the file")
+    assert "GuideLLM JSON: 2 benchmarks; one import holds at most 1" in error_of(
+        raw("guidellm_sync_concurrent8.json"), max_levels=1)
+
+
+def test_a_file_of_a_million_tiny_values_is_refused_before_it_is_parsed():
+    over = b"[" + b"{}," * MAX_VALUES + b"{}]"  # ~70 bytes of memory per 3 bytes of file
+    assert len(over) < MAX_BYTES
+    assert error_of(over).startswith(f"the file holds about {2 * MAX_VALUES + 2:,} JSON values; one import "
+                                     f"reads at most {MAX_VALUES:,}")
+    assert "JSON values" in error_of(b"[" + b"0," * MAX_VALUES + b"0]")
+    assert "JSON values" not in error_of(b"[" + b"0," * (MAX_VALUES - 1) + b"0]")  # parsed, then not a format
+
+
+@pytest.mark.parametrize("data, message", [
+    (_vllm(model_id="Qwen\u0000"), "vllm bench serve JSON: the model name contains a NUL character (\\u0000)"),
+    (_vllm(model_id="\ud800"), "vllm bench serve JSON: the model name contains a lone surrogate (\\ud800)"),
+    (_vllm(model_id="m" * 5_000_000),
+     "vllm bench serve JSON: the model name is 5,000,000 characters long; at most 200 are accepted"),
+    (_vllm(label="x" * 201), "the tool name is 220 characters long; at most 200 are accepted"),
+    (_llama(lambda d: [e.update(gpu_info="V100\udfff") for e in d]),
+     "llama-bench JSON: the GPU name contains a lone surrogate (\\udfff), which is not valid Unicode text"),
+    (_llama(lambda d: d[0].update(cpu_info="Xeon\u0000")),
+     "llama-bench JSON: the file details.cpu_info contains a NUL character"),
+    (_llama(lambda d: d[0].update(test_time="2025" * 100)), "the date is 400 characters long; at most 64"),
+    (_llama(lambda d: d[1].update(n_gpu_layers="9" * 400)), "the level 2 label is 4"),
+    (_guidellm(lambda d: d["benchmarks"][0]["config"]["strategy"].update(type_="\ud83d")),
+     "GuideLLM JSON: the level 1 label contains a lone surrogate"),
+])
+def test_text_that_cannot_be_stored_is_refused_with_its_place(data, message):
+    assert message in error_of(data)
+
+
+def test_a_title_made_from_long_names_is_cut_to_the_column_and_long_keys_are_skipped():
+    report = parse_report(_llama(lambda d: [e.update(model_filename="m" * 200, gpu_info="g" * 200) for e in d]))
+    assert len(report.title) == 300 and report.title.endswith("…") and report.model == "m" * 200
+    extra = parse_report(_vllm(**{"k" * 101: "v", "site": "lab"}))
+    assert extra.raw_meta["metadata"] == {"site": "lab"}
+
+
+def test_more_than_20_percentiles_of_one_metric_are_refused():
+    many = {f"p{i}_ttft_ms": float(i) for i in range(1, 22)}
+    assert "more than 20 percentiles of ttft; at most 20 are read" in error_of(_vllm(**many))
+    assert len(parse_report(_vllm(**dict(list(many.items())[:19]))).levels[0].ttft_ms) >= 20
 
 
 # --- published write-up -------------------------------------------------------------------
@@ -425,13 +493,17 @@ def _must_only_raise_format_errors(data: bytes, kind: str | None = None) -> None
     except ReportFormatError as exc:
         assert "could not read the file" not in str(exc), f"validation gap: {exc}"
         return
-    json.dumps(report.to_dict(), allow_nan=False)  # a parsed report is always storable
+    stored = json.dumps(report.to_dict(), allow_nan=False)  # a parsed report is always storable:
+    assert "\\u0000" not in stored  # PostgreSQL's jsonb refuses NUL
+    json.dumps(report.to_dict(), ensure_ascii=False).encode("utf-8")  # and lone surrogates
 
 
+# Any character, lone surrogates and NUL included (st.text leaves surrogates out by default).
+any_text = st.text(st.characters(categories=["Cs", "Cc", "Cf", "L", "M", "N", "P", "S", "Z"]), max_size=20)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers() | st.floats() | any_text,
     lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=12), children, max_size=5),
+    | st.dictionaries(any_text, children, max_size=5),
     max_leaves=30)
 kinds = st.sampled_from([None, "vllm-bench-serve", "guidellm", "llama-bench"])
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -480,3 +552,26 @@ def test_fuzz_mutated_real_files(data):
     else:
         parent[key] = data.draw(json_values)
     _must_only_raise_format_errors(json.dumps(tree).encode(), data.draw(kinds))
+
+
+def _at(tree, prefix):
+    for step in prefix:
+        tree = tree[step]
+    return tree
+
+
+SEED_TEXT_PATHS = [[(p, k) for p, k in paths if isinstance(_at(seed, p)[k], str)]
+                   for seed, paths in zip(SEEDS, SEED_PATHS)]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_fuzz_any_text_in_a_real_file_is_stored_or_refused(data):
+    """Every string field of a real sample set to any text (NUL, lone surrogates, ...): the report
+    is storable in PostgreSQL or the file is refused with a format error."""
+    i = data.draw(st.integers(0, len(SEEDS) - 1))
+    tree = copy.deepcopy(SEEDS[i])
+    prefix, key = data.draw(st.sampled_from(SEED_TEXT_PATHS[i]))
+    _at(tree, prefix)[key] = data.draw(st.text(st.characters(categories=["Cs", "Cc", "L", "N"]), min_size=1,
+                                               max_size=8))
+    _must_only_raise_format_errors(json.dumps(tree).encode())

@@ -16,12 +16,13 @@ Nothing is invented: only figures the file states, plus unit conversions that ar
 from __future__ import annotations
 
 from . import guidellm, llama_bench, vllm_serve
-from ._fields import MAX_BYTES, json_type, load_documents
+from ._fields import MAX_BYTES, MAX_LEVELS, MAX_VALUES, json_type, load_documents, size_text
 from .model import KINDS, LATENCY_KEYS, ImportedLevel, ImportedReport, ReportFormatError
 from .published import v100_writeup_reports
 
-__all__ = ["KINDS", "LATENCY_KEYS", "MAX_BYTES", "ImportedLevel", "ImportedReport",
-           "ReportFormatError", "detect_kind", "parse_report", "v100_writeup_reports"]
+__all__ = ["KINDS", "LATENCY_KEYS", "MAX_BYTES", "MAX_LEVELS", "MAX_VALUES", "ImportedLevel",
+           "ImportedReport", "ReportFormatError", "detect_kind", "parse_report", "size_text",
+           "v100_writeup_reports"]
 
 _PARSEABLE = ("vllm-bench-serve", "guidellm", "llama-bench")
 _EXPECTED = ("expected a vllm bench serve result (object with 'mean_ttft_ms', "
@@ -29,10 +30,14 @@ _EXPECTED = ("expected a vllm bench serve result (object with 'mean_ttft_ms', "
              "llama-bench -o json output (array of entries with 'avg_ts')")
 
 
-def parse_report(data: bytes, filename: str = "", kind: str | None = None) -> ImportedReport:
-    """Parse an uploaded result file. `kind` None means: detect it from the content."""
+def parse_report(data: bytes, filename: str = "", kind: str | None = None, *,
+                 max_bytes: int = MAX_BYTES, max_levels: int = MAX_LEVELS) -> ImportedReport:
+    """Parse an uploaded result file. `kind` None means: detect it from the content.
+
+    A file over `max_bytes` or with more than `max_levels` levels is refused, and so is any text
+    the report would store that a database cannot (NUL, lone surrogates) or that is too long."""
     try:
-        return _parse(data, filename, kind)
+        return _parse(data, filename, kind, max_bytes, max_levels)
     except ReportFormatError:
         raise
     except RecursionError:
@@ -41,7 +46,8 @@ def parse_report(data: bytes, filename: str = "", kind: str | None = None) -> Im
         raise ReportFormatError(f"could not read the file ({type(exc).__name__}: {exc})") from None
 
 
-def _parse(data: bytes, filename: str, kind: str | None) -> ImportedReport:
+def _parse(data: bytes, filename: str, kind: str | None, max_bytes: int,
+           max_levels: int) -> ImportedReport:
     if kind is not None and kind not in _PARSEABLE:
         if kind == "published":
             raise ReportFormatError("kind 'published' is built in "
@@ -49,7 +55,7 @@ def _parse(data: bytes, filename: str, kind: str | None) -> ImportedReport:
         raise ReportFormatError(f"unknown kind {kind!r}; expected one of {', '.join(_PARSEABLE)}")
     lower = (filename or "").lower()
     try:
-        docs = load_documents(data)
+        docs = load_documents(data, max_bytes)
     except ReportFormatError as exc:
         if lower.endswith((".yaml", ".yml", ".csv", ".md")) and str(exc).startswith("not JSON"):
             raise ReportFormatError(
@@ -57,6 +63,10 @@ def _parse(data: bytes, filename: str, kind: str | None) -> ImportedReport:
                 "(llama-bench -o json, GuideLLM --outputs json)") from None
         raise
     kind = kind or detect_kind(docs)
+    count, what = _levels_in(kind, docs)
+    if count > max_levels:
+        raise ReportFormatError(f"{_WHERE[kind]}: {count:,} {what}; one import holds at most "
+                                f"{max_levels:,} — split the file")
 
     if kind == "vllm-bench-serve":
         report = vllm_serve.parse(docs if len(docs) > 1 else _as_list_of_objects(docs[0]))
@@ -68,12 +78,74 @@ def _parse(data: bytes, filename: str, kind: str | None) -> ImportedReport:
     else:
         report = llama_bench.parse(docs if len(docs) > 1 else docs[0])
 
+    if filename:
+        report.raw_meta.setdefault("filename", filename[:200])
+    if len(report.title) > TITLE_LENGTH:  # a title made from long model and GPU names
+        report.title = report.title[:TITLE_LENGTH - 1] + "…"
+    _check_storable(report)
     if not any(level.has_figures() for level in report.levels):
         raise ReportFormatError(f"{report.tool_label}: nothing to chart — no level states a "
                                 "usable figure (no successful requests, or only pp+tg tests)")
-    if filename:
-        report.raw_meta.setdefault("filename", filename[:200])
     return report
+
+
+_WHERE = {"vllm-bench-serve": vllm_serve.WHERE, "guidellm": guidellm.WHERE,
+          "llama-bench": llama_bench.WHERE}
+TITLE_LENGTH = 300
+# The longest text the report may hold, by place: names the site shows in one line (and stores in
+# columns of these lengths), then labels, notes and anything else.
+_TEXT_LIMITS = {"model": 200, "gpu": 200, "backend": 30, "created": 64, "tool_label": 200,
+                "label": 300, "notes": 2000}
+_TEXT_DEFAULT = 300
+
+
+def _levels_in(kind: str, docs: list) -> tuple[int, str]:
+    """How many levels the documents would become, counted before any is parsed."""
+    if kind == "guidellm":
+        benchmarks = docs[0].get("benchmarks") if len(docs) == 1 and isinstance(docs[0], dict) else None
+        return (len(benchmarks) if isinstance(benchmarks, list) else 0), "benchmarks"
+    if len(docs) == 1 and isinstance(docs[0], list):
+        docs = docs[0]
+    return len(docs), "test entries" if kind == "llama-bench" else "results"
+
+
+def _check_storable(report: ImportedReport) -> None:
+    """Refuse text that PostgreSQL cannot store (NUL, lone surrogates) or that is too long, naming
+    where in the report it would have gone."""
+    where = _WHERE.get(report.kind, report.kind)
+
+    def check(value: object, path: str, limit: int) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                check(key, f"{path} (a key)", 100)
+                check(item, f"{path}.{key}", limit)
+        elif isinstance(value, list):
+            for i, item in enumerate(value, 1):
+                check(item, f"{path} {i}", limit)
+        elif isinstance(value, str):
+            if "\x00" in value:
+                raise ReportFormatError(f"{where}: the {path} contains a NUL character "
+                                        "(\\u0000), which cannot be stored")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ReportFormatError(
+                    f"{where}: the {path} contains a lone surrogate "
+                    f"(\\u{ord(value[exc.start]):04x}), which is not valid Unicode text") from None
+            if len(value) > limit:
+                raise ReportFormatError(f"{where}: the {path} is {len(value):,} "
+                                        f"characters long; at most {limit:,} are accepted")
+
+    stored = report.to_dict()
+    for key in ("model", "gpu", "backend", "created", "tool_label", "raw_meta", "title", "notes"):  # sources first
+        check(stored[key], _PLACES.get(key, key), _TEXT_LIMITS.get(key, _TEXT_DEFAULT))
+    for i, level in enumerate(stored["levels"], 1):
+        for key, value in level.items():
+            check(value, f"level {i} {_PLACES.get(key, key)}", _TEXT_LIMITS.get(key, _TEXT_DEFAULT))
+
+
+_PLACES = {"tool_label": "tool name", "model": "model name", "gpu": "GPU name", "created": "date",
+           "raw_meta": "file details"}
 
 
 def _as_list_of_objects(doc: object) -> list:

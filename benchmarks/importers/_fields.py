@@ -13,7 +13,13 @@ from typing import Any
 
 from .model import ReportFormatError
 
-MAX_BYTES = 20 * 1024 * 1024
+MIB = 1024 * 1024
+MAX_BYTES = 20 * MIB
+# What one import may hold: JSON values (a cheap upper bound on the objects json.loads builds, so
+# memory stays around 100 MB for the largest accepted file) and levels (test entries, results,
+# benchmarks), so that the stored report and its pages stay small whatever the file's size.
+MAX_VALUES = 1_000_000
+MAX_LEVELS = 1000
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -34,22 +40,40 @@ def json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def load_documents(data: Any) -> list[Any]:
+def size_text(n: int) -> str:
+    """Bytes as limits are configured: 20971520 -> '20 MiB', 1572864 -> '1.5 MiB', and exact
+    where one decimal would hide the difference: 20971521 -> '20,971,521 bytes'."""
+    for unit, name in ((MIB, "MiB"), (1024, "KiB")):
+        if n >= unit:
+            shown = f"{n / unit:.1f}".removesuffix(".0")
+            return f"{shown} {name}" if float(shown) * unit == n or n % unit > unit // 20 else f"{n:,} bytes"
+    return f"{n:,} bytes"
+
+
+def load_documents(data: Any, max_bytes: int = MAX_BYTES) -> list[Any]:
     """Bytes -> the JSON document(s) in them.
 
     One document for plain JSON; several for JSON Lines (llama-bench `-o jsonl`, or
     `vllm bench serve --append-result`, which writes one result object per line).
+    Files over `max_bytes`, or with more than MAX_VALUES values, are refused before parsing.
     """
     if isinstance(data, str):
         data = data.encode("utf-8")
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ReportFormatError(f"expected the file's bytes, got {type(data).__name__}")
     data = bytes(data)
-    if len(data) > MAX_BYTES:
-        raise ReportFormatError(
-            f"file is {len(data) / 1e6:.1f} MB; the limit is {MAX_BYTES // (1024 * 1024)} MB")
+    if len(data) > max_bytes:
+        raise ReportFormatError(f"file is {size_text(len(data))}; the limit is {size_text(max_bytes)}")
     if not data.strip():
         raise ReportFormatError("empty file")
+    # Every value after the first in an array or object follows a comma; containers open with a
+    # bracket. Counted in the raw bytes (commas inside strings too), so it never undercounts.
+    values = data.count(b",") + data.count(b"[") + data.count(b"{")
+    if values > MAX_VALUES:
+        raise ReportFormatError(
+            f"the file holds about {values:,} JSON values; one import reads at most {MAX_VALUES:,} "
+            "(per-request arrays such as vllm bench serve --save-detailed output are not imported: "
+            "save the result without them, or split the file)")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -193,11 +217,12 @@ class Fields:
 
 
 def small_meta(obj: dict, keys: tuple[str, ...] | None = None, limit: int = 40) -> dict:
-    """Copy scalar config fields only (strings cut to 200 chars) so raw_meta stays small."""
+    """Copy scalar config fields only (strings cut to 200 chars, keys over 100 skipped) so raw_meta
+    stays small."""
     out: dict[str, Any] = {}
     for key in (keys if keys is not None else tuple(obj)):
         value = obj.get(key)
-        if key not in obj or not isinstance(key, str) or not isinstance(value, _SCALARS):
+        if key not in obj or not isinstance(key, str) or len(key) > 100 or not isinstance(value, _SCALARS):
             continue
         if isinstance(value, float) and not math.isfinite(value):
             value = str(value)

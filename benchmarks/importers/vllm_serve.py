@@ -24,6 +24,7 @@ SIGNATURE = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "request_throughp
              "output_throughput", "total_token_throughput")
 _METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2e_ms"}
 _PCT_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+MAX_PERCENTILES = 20  # per metric (--metric-percentiles); each is stored with every level
 _PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
                 "queue_times", "generated_texts", "errors")
 _CONFIG = ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id",
@@ -143,6 +144,9 @@ def _latency(f: Fields, metric: str) -> dict[str, float]:
             value = f.number(key)
             if value is not None:
                 stated[f"p{m.group(1)}"] = value
+            if len(stated) > MAX_PERCENTILES:
+                raise ReportFormatError(f"{f.where}: more than {MAX_PERCENTILES} percentiles of "
+                                        f"{metric}; at most {MAX_PERCENTILES} are read")
     median = f.number(f"median_{metric}_ms")
     if median is not None:
         stated.setdefault("p50", median)
