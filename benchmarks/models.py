@@ -10,41 +10,18 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 
-# Addresses a benchmark server never has: cloud metadata services and link-local ranges. A
-# worker must not be pointed at them (it would send them requests and store the answers).
-FORBIDDEN_HOSTS = {"metadata.google.internal", "metadata", "instance-data"}
+def endpoint_addresses():
+    """Where workers may send requests: never to link-local, cloud metadata and other blocked
+    addresses (engine/addresses.py), and only within ENDPOINT_ALLOWED_NETWORKS when it is set."""
+    from benchmarks.engine.addresses import AddressPolicy
+
+    return AddressPolicy.from_setting(settings.ENDPOINT_ALLOWED_NETWORKS)
 
 
 def endpoint_url_problem(url: str) -> str:
-    """Why `url` cannot be an endpoint's base URL, or "" when it can."""
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        parts.port  # raises ValueError for a port out of range
-    except ValueError as exc:
-        return f"Not a valid URL: {exc}."
-    if parts.scheme not in ("http", "https"):
-        return "Use an http:// or https:// URL."
-    if not host:
-        return "The URL has no host."
-    if parts.username or parts.password:
-        return "Put credentials in the API key field, not in the URL."
-    if parts.query or parts.fragment:
-        return "The base URL takes no query string or fragment."
-    if parts.path.rstrip("/").endswith("/v1"):
-        return "Give the server root without /v1 (the client adds /v1/... itself)."
-    if host.lower() in FORBIDDEN_HOSTS:
-        return f"{host} is a metadata service, not an inference server."
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return ""
-    if ip.is_link_local or ip.is_multicast or ip.is_unspecified:
-        return f"{host} is a link-local, multicast or unspecified address, not an inference server."
-    return ""
+    """Why `url` cannot be an endpoint's base URL, or "" when it can. Host names are checked
+    again, resolved, whenever a worker connects."""
+    return endpoint_addresses().url_problem(url)
 
 
 def validate_endpoint_url(url: str) -> None:

@@ -14,7 +14,7 @@ from django.utils import timezone
 from benchmarks.engine.client import Cancelled, LevelOutcome, Session, Timeouts
 from benchmarks.engine.observe import measure_observed
 from benchmarks.engine.server_metrics import server_identity
-from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run
+from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run, endpoint_addresses
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,8 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
                         total=settings.REQUEST_TOTAL_TIMEOUT_S)
     session = Session(endpoint.target(), workload, timeouts,
                       max_connections=max([run.max_concurrency, *workload.concurrency_levels,
-                                           256 if run.load_mode == "rate" else 1]) + 4)
+                                           256 if run.load_mode == "rate" else 1]) + 4,
+                      addresses=endpoint_addresses())
     try:
         _note(run, f"{endpoint.name}: preflight")
         preflight = loop.run_until_complete(session.preflight())

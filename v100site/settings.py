@@ -3,6 +3,7 @@
 On one machine nothing needs setting: SQLite and a filesystem Celery broker under var/.
 A team sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis).
 """
+import ipaddress
 import os
 from pathlib import Path
 
@@ -176,6 +177,12 @@ MAX_TOKENS = envint("MAX_TOKENS", "131072")
 MAX_REQUEST_RATE = float(os.environ.get("MAX_REQUEST_RATE", "1000"))
 MAX_REQUESTS_PER_RUN = envint("MAX_REQUESTS_PER_RUN", "100000")  # endpoints × levels × requests
 MAX_RUNS_IN_FLIGHT = envint("MAX_RUNS_IN_FLIGHT", "5")  # queued or running, per user
+# The networks endpoints may be on (comma-separated CIDRs, e.g. "10.0.0.0/8,fd00::/8"); empty:
+# anywhere but the blocked ranges (link-local and cloud metadata addresses, 0.0.0.0/8,
+# multicast, reserved). Checked when an endpoint is saved and whenever a worker connects.
+ENDPOINT_ALLOWED_NETWORKS = [n.strip() for n in os.environ.get("ENDPOINT_ALLOWED_NETWORKS", "").split(",") if n.strip()]
+for _network in ENDPOINT_ALLOWED_NETWORKS:
+    ipaddress.ip_network(_network)  # a typo fails at start, not at the first run
 
 # The inventory name of the host this worker runs on: its GPUs are probed at start and
 # sampled during runs of endpoints on this host. Leave empty on a web-only or remote worker.

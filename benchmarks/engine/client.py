@@ -26,9 +26,10 @@ if importlib.util.find_spec("sniffio") is None:
     # fail at once, with the same outcome (httpcore then assumes asyncio).
     sys.modules.setdefault("sniffio", None)
 
+from .addresses import AddressPolicy
 from .metrics import RequestResult, level_wall_time, percentile
 from .stream import StreamError, parse_chunk, sse_data
-from .transport import TimedStream, timed_transport
+from .transport import TimedStream, endpoint_transport
 
 BACKENDS = ("vllm", "llamacpp", "openai")
 
@@ -176,11 +177,27 @@ class Cancelled(Exception):
 
 
 class Session:
+    """`addresses` says where requests may go (default: anywhere but the blocked ranges). A
+    target that cannot be used as given (a base URL the policy refuses or httpx cannot parse,
+    an API key no HTTP header can carry) fails the preflight with the reason, and no request
+    is sent; the constructor itself never raises for it."""
+
     def __init__(self, target: Target, workload: Workload, timeouts: Timeouts | None = None,
-                 max_connections: int | None = None):
+                 max_connections: int | None = None, addresses: AddressPolicy | None = None):
         self.target = target
         self.workload = workload
         self.timeouts = timeouts or Timeouts()
+        self.addresses = addresses or AddressPolicy()
+        self.unusable: list[Finding] = []
+        url_problem = self.addresses.url_problem(target.base_url)
+        if url_problem:
+            self.unusable.append(Finding("url", False, url_problem))
+        try:
+            headers = httpx.Headers(target.headers())
+        except UnicodeEncodeError:
+            headers = httpx.Headers()
+            self.unusable.append(Finding("api key", False, "has characters an HTTP header cannot carry "
+                                                           "(only ASCII is possible)"))
         self.rng = random.Random(workload.seed)
         self.prompts = PromptFactory(None, self.rng)
         limit = max_connections or max(workload.concurrency_levels) + 4
@@ -188,7 +205,8 @@ class Session:
         limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(self.timeouts.first_byte, connect=self.timeouts.connect),
-            limits=limits, headers=target.headers(), transport=timed_transport(target.base_url, limits),
+            limits=limits, headers=headers,
+            transport=endpoint_transport(target.base_url, limits, self.addresses),
         )
 
     async def close(self) -> None:
@@ -205,6 +223,9 @@ class Session:
     # ---------------------------------------------------------------- preflight
     async def preflight(self) -> Preflight:
         pf = Preflight()
+        if self.unusable:
+            pf.findings.extend(self.unusable)
+            return pf
         try:
             resp = await self._call("GET", "/health")
             ok = resp.status_code == 200

@@ -1,4 +1,11 @@
-"""A timed network backend for httpx/httpcore (plain HTTP on Linux), used by the client.
+"""The client's transports for httpx/httpcore: every connection checked, plain HTTP timed.
+
+Every connection to an endpoint goes through an address check (addresses.py): the host is
+resolved when the worker connects, refused when any of its addresses is (a link-local or
+metadata address, one outside the allowed networks...), and the connection is made to the
+addresses just checked, never to a second lookup. TLS still names and verifies the URL's
+host. A worker that reaches endpoints through a proxy (HTTP_PROXY and the like, unless
+NO_PROXY covers the host) leaves resolution to the proxy: only the URL check applies then.
 
 Plain-HTTP connections use our own small network backend for httpcore instead of anyio's:
 every read takes the kernel's receive timestamp of its bytes (SO_TIMESTAMPNS), and a thread
@@ -6,8 +13,8 @@ reads the sockets as soon as bytes arrive, so a chunk is timed when it reached t
 not when our event loop got round to parsing it (a client busy with hundreds of streams, or
 one the OS did not schedule for a few milliseconds, no longer inflates TTFT and ITL); a
 request's send time is taken just before its send() call, with no await in between; and the
-per-read path is lighter (no cancel scope and no epoll re-registration per read). HTTPS,
-proxies and systems without SO_TIMESTAMPNS or epoll keep httpx's default transport.
+per-read path is lighter (no cancel scope and no epoll re-registration per read). HTTPS and
+systems without SO_TIMESTAMPNS or epoll keep anyio's backend, behind the same check.
 """
 from __future__ import annotations
 
@@ -24,6 +31,8 @@ import urllib.request
 import httpcore
 import httpx
 
+from . import addresses
+
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
 _SCM_TIMESTAMPNS = _SO_TIMESTAMPNS
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one timespec
@@ -32,21 +41,80 @@ _READ_SIZE = 65536
 _MAX_BUFFERED = 1 << 20  # stop reading the socket (backpressure) past this much unread data
 
 
-def timed_transport(base_url: str, limits: httpx.Limits) -> httpx.AsyncHTTPTransport | None:
-    """An httpx transport on TimedBackend for a plain-HTTP target reached without a proxy;
-    None (httpx's default transport) otherwise."""
-    url = httpx.URL(base_url)
-    if (url.scheme != "http" or _SO_TIMESTAMPNS is None or not hasattr(socket.socket, "recvmsg")
-            or not hasattr(select, "epoll")):
-        return None
-    proxies = urllib.request.getproxies_environment()
-    if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass_environment(url.host):
-        return None
+def endpoint_transport(base_url: str, limits: httpx.Limits,
+                       policy: addresses.AddressPolicy) -> httpx.AsyncHTTPTransport | None:
+    """The transport for one endpoint: TimedBackend for a plain-HTTP target on Linux, anyio's
+    backend otherwise (https), each behind `policy`; None (httpx's default transport, which
+    honours the proxy settings) when a proxy from the environment applies to the target."""
+    try:
+        url = httpx.URL(base_url)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        url = None  # the client's preflight refuses it before any request
+    if url is not None and url.scheme in ("http", "https"):
+        proxies = urllib.request.getproxies_environment()
+        if ((proxies.get(url.scheme) or proxies.get("all"))
+                and not urllib.request.proxy_bypass_environment(url.host)):
+            return None
+    timed = (url is not None and url.scheme == "http" and _SO_TIMESTAMPNS is not None
+             and hasattr(socket.socket, "recvmsg") and hasattr(select, "epoll"))
     transport = httpx.AsyncHTTPTransport(limits=limits)
     transport._pool = _Pool(
+        ssl_context=None if timed else httpx.create_ssl_context(),
         max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry, http1=True, http2=False, network_backend=TimedBackend())
+        keepalive_expiry=limits.keepalive_expiry, http1=True, http2=False,
+        network_backend=TimedBackend(policy) if timed else CheckedBackend(policy))
     return transport
+
+
+class AddressRefused(httpcore.ConnectError):
+    """The endpoint's host is, or resolves to, an address the policy refuses."""
+
+
+async def _checked_addresses(host: str, port: int, policy: addresses.AddressPolicy) -> list[tuple]:
+    """getaddrinfo's answers for host:port, all of them allowed by `policy`."""
+    try:
+        infos = await addresses.getaddrinfo(host, port)
+    except OSError as exc:  # name resolution
+        raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+    problem = policy.resolved_problem(host, [info[4][0] for info in infos])
+    if problem:
+        raise AddressRefused(f"refused: {problem}")
+    return infos
+
+
+class CheckedBackend(httpcore.AsyncNetworkBackend):
+    """anyio's network backend (TLS included), connecting only to addresses `policy` allows:
+    the name is resolved and checked here, and anyio is given the checked address, so it
+    never looks the name up again. TLS still uses the URL's host name (httpcore passes it to
+    start_tls as server_hostname), so certificates are verified against that name."""
+
+    def __init__(self, policy: addresses.AddressPolicy, inner: httpcore.AsyncNetworkBackend | None = None):
+        self.policy = policy
+        self.inner = inner or httpcore.AnyIOBackend()
+
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                infos = await _checked_addresses(host, port, self.policy)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"timed out resolving {host}") from exc
+        last: Exception | None = None
+        for *_, sockaddr in infos:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                return await self.inner.connect_tcp(sockaddr[0], port, timeout=left, local_address=local_address,
+                                                    socket_options=socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                last = exc
+        raise last or httpcore.ConnectError(f"cannot connect to {host}:{port}")
+
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise httpcore.ConnectError("unix sockets are not supported for endpoints")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 class _Pool(httpcore.AsyncConnectionPool):
@@ -94,13 +162,17 @@ class _Pool(httpcore.AsyncConnectionPool):
 
 
 class TimedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore network backend on plain non-blocking asyncio sockets (TCP only)."""
+    """httpcore network backend on plain non-blocking asyncio sockets (TCP only), connecting
+    only to addresses `policy` allows (checked, then connected to, as resolved)."""
+
+    def __init__(self, policy: addresses.AddressPolicy | None = None):
+        self.policy = policy or addresses.AddressPolicy()
 
     async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                infos = await _checked_addresses(host, port, self.policy)
                 last: OSError | None = None
                 for family, kind, proto, _, addr in infos:
                     sock = socket.socket(family, kind, proto)
@@ -121,8 +193,6 @@ class TimedBackend(httpcore.AsyncNetworkBackend):
                     return TimedStream(sock, loop)
         except TimeoutError as exc:
             raise httpcore.ConnectTimeout(f"timed out connecting to {host}:{port}") from exc
-        except OSError as exc:  # name resolution
-            raise httpcore.ConnectError(str(exc)) from exc
         raise httpcore.ConnectError(str(last) if last else f"cannot connect to {host}:{port}")
 
     async def connect_unix_socket(self, path, timeout=None, socket_options=None):
