@@ -11,7 +11,7 @@ from django.db import close_old_connections, connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from benchmarks.engine.client import Cancelled, LevelOutcome, Session, Timeouts
+from benchmarks.engine.client import Cancelled, LevelOutcome, Session, Timeouts, until_stopped
 from benchmarks.engine.observe import measure_observed
 from benchmarks.engine.server_metrics import server_identity
 from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run, endpoint_addresses
@@ -113,15 +113,19 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
                       addresses=endpoint_addresses())
     try:
         _note(run, f"{endpoint.name}: preflight")
-        preflight = loop.run_until_complete(session.preflight())
+        # Every step stops within a poll of a cancel (or the time limit), not only the levels.
+        def step(awaitable):
+            return loop.run_until_complete(until_stopped(awaitable, monitor.should_stop))
+
+        preflight = step(session.preflight())
         run.preflight[str(endpoint.id)] = [f.to_dict() for f in preflight.findings]
         Run.objects.filter(id=run.id).update(preflight=run.preflight)
         if preflight.ok:
-            run.server_config[str(endpoint.id)] = loop.run_until_complete(
+            run.server_config[str(endpoint.id)] = step(
                 server_identity(session.client, endpoint.base_url, endpoint.backend))
             Run.objects.filter(id=run.id).update(server_config=run.server_config)
             _note(run, f"{endpoint.name}: building prompts and warming up")
-            loop.run_until_complete(session.prepare(preflight.model))
+            step(session.prepare(preflight.model))
         gpu_indices, gpu_note = _gpus_to_sample(endpoint)
         for index, load in enumerate(loads):
             if index in done_levels:
@@ -131,7 +135,7 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
             gpu = server = None
             if preflight.ok:
                 _note(run, f"{endpoint.name}: {load.label}")
-                outcome, gpu, server = loop.run_until_complete(measure_observed(
+                outcome, gpu, server = step(measure_observed(
                     session, load, monitor.progress, monitor.should_stop, gpu_indices, gpu_note,
                     settings.GPU_SAMPLE_INTERVAL_S, settings.METRICS_SAMPLE_INTERVAL_S))
             else:

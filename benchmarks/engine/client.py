@@ -176,6 +176,20 @@ class Cancelled(Exception):
     """The run was cancelled while a level was being measured."""
 
 
+async def until_stopped(awaitable: Awaitable, should_stop: Callable[[], bool], poll_s: float = 0.2):
+    """Await `awaitable`, polling `should_stop` every `poll_s`: when it says so, cancel it at once
+    (requests in flight included) and raise Cancelled. For every step of a run, not only its
+    levels: a warmup request that a server streams forever must not hold a cancelled run."""
+    task = asyncio.ensure_future(awaitable)
+    while not task.done():
+        await asyncio.wait({task}, timeout=poll_s)
+        if not task.done() and should_stop():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise Cancelled()
+    return task.result()
+
+
 class Session:
     """`addresses` says where requests may go (default: anywhere but the blocked ranges). A
     target that cannot be used as given (a base URL the policy refuses or httpx cannot parse,

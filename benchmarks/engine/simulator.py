@@ -20,7 +20,8 @@ client's request by content), `start` (a slot was free), `due` and `step` (chunk
 Faults for tests (`fault`, applied to every `fault_every`-th request): http500, reset (the
 connection is dropped mid-stream), stall (stops writing mid-stream), malformed (a non-JSON
 chunk), error_chunk (an error object in the stream), truncate (the stream ends without
-finish_reason or usage), slow_drip (each token split over several chunks, slowly).
+finish_reason or usage), slow_drip (each token split over several chunks, slowly), endless
+(bytes without an event delimiter, forever).
 
 More faults: `max_keepalive_requests` (a request arriving on a connection that already served
 that many is read and dropped without a byte of response, like a server that closed an idle
@@ -52,7 +53,8 @@ import time
 import zlib
 from dataclasses import asdict, dataclass
 
-FAULTS = ("none", "http500", "reset", "stall", "malformed", "error_chunk", "truncate", "slow_drip")
+FAULTS = ("none", "http500", "reset", "stall", "malformed", "error_chunk", "truncate", "slow_drip",
+          "endless")
 
 
 @dataclass
@@ -286,7 +288,13 @@ class Simulator:
                     truth.update(start=start, due=first_at, step=decode_s)
                 for k in range(n_out):
                     await _sleep_until(first_at + k * decode_s)
-                    if fault in ("reset", "stall", "malformed", "error_chunk", "truncate") and k == cfg.fault_after_tokens:
+                    if fault in ("reset", "stall", "malformed", "error_chunk", "truncate", "endless") and k == cfg.fault_after_tokens:
+                        if fault == "endless":
+                            writer.write(b"6\r\ndata: \r\n")
+                            while True:  # one event that never ends: 16 KiB every 10 ms
+                                writer.write(b"%x\r\n%s\r\n" % (16384, b"x" * 16384))
+                                await writer.drain()
+                                await asyncio.sleep(0.01)
                         if fault == "reset":
                             writer.transport.abort()
                             return False
