@@ -7,8 +7,8 @@ import pytest
 
 from benchmarks.engine.client import Session, Target, Timeouts, Workload
 from benchmarks.engine.metrics import percentile, summarize_level
-from benchmarks.engine.simulator import prompt_key
 from conftest import free_port
+from scripts.bench_accuracy import TracedSession  # notes each request's prompt, to find it in the truth
 
 # Timing checks hold on a loaded 2-core machine: they compare what the client measured with
 # what the simulator logged it did (its truth, on the same monotonic clock), or rest on what
@@ -18,20 +18,6 @@ from conftest import free_port
 # timestamp between clocks can make a single one look early when the reading thread is
 # preempted in between, so lower bounds are checked on medians.
 CLOCK_EPS = 0.001
-
-
-class TracedSession(Session):
-    """The engine's Session, noting which prompt each measured request carried (to find it in
-    the simulator's truth)."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.prompt_of: dict[int, int] = {}
-
-    async def send(self, index, prompt, max_tokens, t0, scheduled=None):
-        if index >= 0:
-            self.prompt_of[index] = prompt_key(prompt)
-        return await super().send(index, prompt, max_tokens, t0, scheduled)
 
 
 def measure(url, backend="vllm", levels=(1,), n=8, timeouts=None, model="", **workload):
