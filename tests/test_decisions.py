@@ -264,7 +264,8 @@ def test_evidence_comes_newest_first_and_prefers_the_endpoints_own_gpu():
     new = measured_run({e: {1: (40.0, 50.0, 8.0, 120.0)}}, title="new")
     measured = [ev for ev in decisions.evidence_from_db() if ev.kind == "measured"]
     assert [ev.label.split(" · ")[0] for ev in measured] == ["new", "old"]
-    assert measured[0].url.startswith(new.get_absolute_url()) and old
+    assert measured[0].url.startswith(new.get_absolute_url() + "#level-")
+    assert measured[1].url.startswith(old.get_absolute_url() + "#level-")
     assert (measured[0].gpu_name, measured[0].compute_capability) == ("NVIDIA L4", (8, 9))
 
 
