@@ -74,7 +74,9 @@ def test_a_comparison_puts_measured_beside_published_with_ratios_and_warnings(cl
     client.logout()
     page = client.get(comparison.get_absolute_url()).content.decode()
     assert "decodes" in page and "faster than" in page
-    assert "Different GPU model" in page or "GPU model unknown" in page  # the measured endpoint has no GPU registered
+    # The measured endpoint has no GPU registered: its GPU is unknown, not a different one.
+    assert f"GPU model unknown for v100-llama (GGUF Q4_K_M); the others used {vllm_pub.gpu}." in page
+    assert "Different GPU model" not in page
     assert "published, not measured here" in page
 
 
