@@ -2,7 +2,7 @@
 import pytest
 from django.urls import reverse
 
-from benchmarks.models import Endpoint, Host
+from benchmarks.models import Endpoint, Gpu, Host
 from factories import endpoint, user
 
 pytestmark = pytest.mark.django_db
@@ -13,12 +13,25 @@ def test_only_staff_reach_the_inventory(client):
     assert client.get(reverse("admin:benchmarks_endpoint_changelist")).status_code == 302
 
 
-@pytest.mark.parametrize("model", ["host", "gpu", "model", "variant", "endpoint", "run"])
+@pytest.mark.parametrize("model", ["host", "model", "variant", "endpoint", "run"])
 def test_every_inventory_list_opens(client, model):
     endpoint()
     client.force_login(user("root", staff=True))
-    url = reverse(f"admin:benchmarks_{model}_changelist") if model != "gpu" else reverse("admin:benchmarks_host_changelist")
-    assert client.get(url + "?q=lab").status_code == 200
+    assert client.get(reverse(f"admin:benchmarks_{model}_changelist") + "?q=lab").status_code == 200
+
+
+def test_gpus_are_found_in_the_host_list_and_edited_on_their_host(client):
+    # GPUs have no list of their own: the host list shows and searches them, the host's page
+    # edits them inline.
+    host = Host.objects.create(name="v100-box")
+    Gpu.objects.create(host=host, index=0, name="Tesla V100-PCIE-16GB", memory_total_mib=16384,
+                       compute_capability="7.0")
+    Host.objects.create(name="cpu-box")
+    client.force_login(user("root", staff=True))
+    page = client.get(reverse("admin:benchmarks_host_changelist") + "?q=V100-PCIE").content.decode()
+    assert "1× Tesla V100-PCIE-16GB" in page and "v100-box" in page and "cpu-box" not in page
+    page = client.get(reverse("admin:benchmarks_host_change", args=[host.id])).content.decode()
+    assert 'name="gpus-0-name"' in page and 'value="Tesla V100-PCIE-16GB"' in page
 
 
 def test_a_host_is_registered_with_its_gpus_inline(client):
