@@ -244,12 +244,14 @@ def test_it_serialises_to_json():
     assert data["measure_next"][0]["concurrency_levels"] == [1, 2, 4]
 
 
-@pytest.mark.parametrize("workload", [
-    Workload(users=0, prompt_tokens=512, output_tokens=100),
-    Workload(users=1, prompt_tokens=512, output_tokens=100, context_tokens=262144),
-    Workload(users=1, prompt_tokens=512, output_tokens=100, context_tokens=256),
-    Workload(users=1, prompt_tokens=512, output_tokens=100, priority="cheapest"),
+@pytest.mark.parametrize("workload, message", [
+    (Workload(users=0, prompt_tokens=512, output_tokens=100), "must be at least 1"),
+    (Workload(users=1, prompt_tokens=512, output_tokens=100, context_tokens=262144),
+     "handles at most 131072 tokens of context"),
+    (Workload(users=1, prompt_tokens=512, output_tokens=100, context_tokens=256),
+     "the context must hold the prompt and the output"),
+    (Workload(users=1, prompt_tokens=512, output_tokens=100, priority="cheapest"), "priority must be one of"),
 ])
-def test_it_rejects_a_workload_it_cannot_reason_about(workload):
-    with pytest.raises(ValueError):
+def test_it_rejects_a_workload_it_cannot_reason_about(workload, message):
+    with pytest.raises(ValueError, match=message):
         advise(V100, R1_7B, workload, [])
