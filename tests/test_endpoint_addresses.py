@@ -180,6 +180,17 @@ def test_the_worker_connects_to_the_address_it_checked_and_refuses_a_name_that_c
                for r in refused)
 
 
+def test_a_key_no_header_can_carry_fails_the_preflight_instead_of_the_run():
+    async def go():
+        session = Session(Target("http://127.0.0.1:9", "vllm", api_key="sk-clé"), Workload())
+        try:
+            return await session.preflight()
+        finally:
+            await session.close()
+    pf = asyncio.run(go())
+    assert pf.cause == "api key: has characters an HTTP header cannot carry (only ASCII is possible)"
+
+
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tls")
