@@ -59,8 +59,10 @@ def test_a_run_can_only_name_registered_endpoints_so_workers_go_nowhere_else(cli
 def test_members_cannot_reach_the_inventory_and_anonymous_users_cannot_write(client):
     e = endpoint()
     run = measured_run([e], levels=(1,), requests=2)
+    Run.objects.filter(id=run.id).update(status=Run.RUNNING)  # a run that could be cancelled
     assert client.post(reverse("run-new"), run_form([e])).status_code == 302  # to login
     assert client.post(reverse("run-cancel", args=[run.public_id])).status_code == 302
+    assert Run.objects.get(id=run.id).status == Run.RUNNING
     assert client.post(reverse("import-new"), {}).status_code == 302
     assert client.post(reverse("comparison-new"), {}).status_code == 302
     assert Run.objects.count() == 1
