@@ -1,8 +1,27 @@
+import math
+import re
+
 from django import forms
 from django.conf import settings
 
 from benchmarks import selectors
 from benchmarks.models import Endpoint, ImportedReport, Run, Variant
+
+
+def storable_text(value: str) -> None:
+    """Refuse text PostgreSQL cannot store: a lone UTF-16 surrogate (e.g. "\\ud800" sent in JSON).
+    CharField already refuses NUL characters."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise forms.ValidationError(
+            f"Contains an invalid character (a lone surrogate, U+{ord(value[exc.start]):04X}) at position "
+            f"{exc.start + 1}; send valid Unicode text.", code="invalid_text") from None
+
+
+class TextField(forms.CharField):
+    """A CharField whose text can be stored: no NUL (CharField's own check), no lone surrogate."""
+    default_validators = [storable_text]
 
 
 class EndpointChoiceField(forms.ModelMultipleChoiceField):
@@ -12,7 +31,7 @@ class EndpointChoiceField(forms.ModelMultipleChoiceField):
 
 
 class RunForm(forms.Form):
-    title = forms.CharField(max_length=200, required=False)
+    title = TextField(max_length=200, required=False)
     endpoints = EndpointChoiceField(
         queryset=Endpoint.objects.none(), widget=forms.CheckboxSelectMultiple,
         error_messages={"invalid_choice": "Endpoint %(value)s is not a registered, enabled endpoint.",
@@ -23,9 +42,9 @@ class RunForm(forms.Form):
     temperature = forms.FloatField(initial=0.7, min_value=0.0, max_value=2.0)
     api = forms.ChoiceField(choices=Run.APIS, initial="completions", label="API")
     load_mode = forms.ChoiceField(choices=Run.LOAD_MODES, initial="concurrency", widget=forms.RadioSelect)
-    concurrency_levels = forms.CharField(initial="1,8", required=False,
+    concurrency_levels = TextField(initial="1,8", required=False, max_length=500,
                                          help_text="Concurrency sweep: comma-separated, e.g. 1,8,16.")
-    request_rates = forms.CharField(required=False, label="Request rates",
+    request_rates = TextField(required=False, label="Request rates", max_length=500,
                                     help_text="Request rate mode: requests per second, e.g. 0.5,1,2.")
     arrivals = forms.ChoiceField(choices=Run.ARRIVALS, initial="poisson")
     max_concurrency = forms.IntegerField(required=False, min_value=0, label="Concurrency cap",
@@ -51,12 +70,17 @@ class RunForm(forms.Form):
         self.fields["prompt_tokens"].validators.append(_max(settings.MAX_TOKENS))
         self.fields["output_tokens"].validators.append(_max(settings.MAX_TOKENS))
         self.fields["requests_per_level"].validators.append(_max(settings.MAX_REQUESTS_PER_LEVEL))
+        self.fields["duration_s"].validators.append(_max(
+            settings.RUN_TIME_LIMIT_S, f"the run time limit, {_span(settings.RUN_TIME_LIMIT_S)}"))
 
     def clean_concurrency_levels(self) -> list[int]:
         levels = []
         for part in _parts(self.cleaned_data["concurrency_levels"]):
-            if not part.isdigit():
-                raise forms.ValidationError(f"{part!r} is not a whole number.")
+            if not _ASCII_INT.fullmatch(part):  # str.isdigit() also takes "²", which int() refuses
+                raise forms.ValidationError(f"{part!r} is not a whole number (use the digits 0-9).")
+            if len(part) > 9:
+                raise forms.ValidationError(
+                    f"{part[:12]}… is above the limit of {settings.MAX_CONCURRENCY} concurrent requests.")
             level = int(part)
             if level < 1:
                 raise forms.ValidationError("Concurrency levels must be at least 1.")
@@ -71,13 +95,16 @@ class RunForm(forms.Form):
     def clean_request_rates(self) -> list[float]:
         rates = []
         for part in _parts(self.cleaned_data["request_rates"]):
-            try:
-                rate = float(part)
-            except ValueError:
-                raise forms.ValidationError(f"{part!r} is not a number.")
+            if not _ASCII_NUMBER.fullmatch(part):  # float() also takes "inf", "nan", "1_0", "１"
+                raise forms.ValidationError(f"{part!r} is not a number (e.g. 0.5 or 2).")
+            rate = float(part)
             if not 0 < rate <= settings.MAX_REQUEST_RATE:
                 raise forms.ValidationError(
                     f"Request rates must be above 0 and at most {settings.MAX_REQUEST_RATE:g} per second.")
+            if rate < settings.MIN_REQUEST_RATE:
+                raise forms.ValidationError(
+                    f"{part} per second is below the lowest request rate, {settings.MIN_REQUEST_RATE:g} per second "
+                    f"(one request every {_span(1 / settings.MIN_REQUEST_RATE)}).")
             rates.append(rate)
         if len(rates) > 20:
             raise forms.ValidationError("At most 20 request rates per run.")
@@ -100,6 +127,7 @@ class RunForm(forms.Form):
             data["concurrency_levels"] = []
         elif mode == "concurrency":
             data["request_rates"] = []
+        self._check_run_time(data)
         levels = len(data.get("concurrency_levels") or data.get("request_rates") or [])
         total = len(data.get("endpoints") or []) * levels * (data.get("requests_per_level") or 0)
         if total > settings.MAX_REQUESTS_PER_RUN:
@@ -119,38 +147,96 @@ class RunForm(forms.Form):
         return data
 
 
+    def _check_run_time(self, data) -> None:
+        """The run must be able to end within RUN_TIME_LIMIT_S: a rate level sends its last request
+        about (requests - 1) ÷ rate after its first (or stops at its duration), a concurrency level
+        lasts at most its duration; levels and endpoints run one after another."""
+        limit, n, duration = settings.RUN_TIME_LIMIT_S, data.get("requests_per_level"), data.get("duration_s")
+        endpoints = len(data.get("endpoints") or []) or 1
+        if data.get("load_mode") == "rate" and data.get("request_rates") and n:
+            slowest = min(data["request_rates"])
+            if duration and n > 1 and slowest * duration < 1:
+                self.add_error("duration_s", (
+                    f"At {slowest:g} requests per second requests leave {_span(1 / slowest)} apart, so a "
+                    f"{_span(duration)} level would send only its first request: make rate × duration at least 1."))
+                return
+            per_level = [min((n - 1) / rate, duration or math.inf) for rate in data["request_rates"]]
+            total = endpoints * sum(per_level)
+            if total > limit:
+                self.add_error("request_rates", (
+                    f"At {slowest:g} requests per second, {n} requests take {_span(max(per_level))} per level; "
+                    f"this run ({len(per_level)} level(s) × {endpoints} endpoint(s)) would take about "
+                    f"{_span(total)}, above the run time limit of {_span(limit)}. Raise the rates, send fewer "
+                    "requests per level or set a shorter duration."))
+        elif data.get("load_mode") == "concurrency" and data.get("concurrency_levels") and duration:
+            levels = len(data["concurrency_levels"])
+            total = endpoints * levels * duration
+            if total > limit:
+                self.add_error("duration_s", (
+                    f"{levels} level(s) × {endpoints} endpoint(s) × {_span(duration)} could take {_span(total)}, above "
+                    f"the run time limit of {_span(limit)}. Set a shorter duration or fewer levels."))
+
+
+_ASCII_INT = re.compile(r"[0-9]+")
+_ASCII_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+
+
+def _span(seconds: float) -> str:
+    """A duration for messages: 40 s, 25 min, 6 h."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"
+
+
 def _parts(raw: str) -> list[str]:
     return [p.strip() for p in (raw or "").replace(";", ",").split(",") if p.strip()]
 
 
-def _max(limit: int):
+def _max(limit: float, what: str = ""):
     def check(value):
         if value is not None and value > limit:
-            raise forms.ValidationError(f"Ensure this value is at most {limit}.")
+            shown = int(limit) if float(limit).is_integer() else limit
+            raise forms.ValidationError(f"Ensure this value is at most {shown}" + (f" ({what})." if what else "."))
     return check
 
 
 class ImportForm(forms.Form):
     file = forms.FileField(help_text="A `vllm bench serve --save-result` JSON, a GuideLLM JSON report, "
                                      "or `llama-bench -o json` output.")
-    title = forms.CharField(max_length=300, required=False, help_text="Blank: taken from the file.")
+    title = TextField(max_length=300, required=False, help_text="Blank: taken from the file.")
     backend = forms.ChoiceField(required=False, choices=[("", "unknown / as the file says"), ("vllm", "vLLM"),
                                                          ("llamacpp", "llama.cpp")],
                                 help_text="The server these numbers came from (the client tools do not say).")
     quantization = forms.ChoiceField(required=False, choices=[("", "unknown")] + Variant.QUANTIZATIONS)
-    gpu = forms.CharField(max_length=200, required=False, label="GPU", help_text="e.g. Tesla V100-PCIE-16GB")
+    gpu = TextField(max_length=200, required=False, label="GPU", help_text="e.g. Tesla V100-PCIE-16GB")
+
+    def __init__(self, *args, upload_refused: str = "", **kwargs):
+        """`upload_refused`: why the upload handler stopped receiving the file (uploads.py)."""
+        super().__init__(*args, **kwargs)
+        self.upload_refused = upload_refused
+        self.fields["file"].help_text += (f" At most {settings.MAX_IMPORT_MIB} MiB and "
+                                          f"{settings.MAX_IMPORT_LEVELS:,} levels.")
 
     def clean_file(self):
-        from benchmarks.importers import MAX_BYTES
+        from benchmarks.importers import size_text
 
         f = self.cleaned_data["file"]
-        if f.size > MAX_BYTES:
-            raise forms.ValidationError(f"The file is {f.size / 1e6:.1f} MB; the limit is {MAX_BYTES / 1e6:.0f} MB.")
+        limit = settings.MAX_IMPORT_MIB * 1024 * 1024
+        if f.size > limit:
+            raise forms.ValidationError(f"The file is {size_text(f.size)}; the limit is {settings.MAX_IMPORT_MIB} MiB.")
         return f
+
+    def clean(self):
+        if self.upload_refused:  # not "This field is required": the file was cut off at the limit
+            self._errors.pop("file", None)
+            self.add_error("file", self.upload_refused)
+        return super().clean()
 
 
 class ComparisonForm(forms.Form):
-    title = forms.CharField(max_length=200, required=False)
+    title = TextField(max_length=200, required=False)
     runs = forms.ModelMultipleChoiceField(queryset=Run.objects.none(), required=False,
                                           widget=forms.CheckboxSelectMultiple)
     reports = forms.ModelMultipleChoiceField(queryset=ImportedReport.objects.none(), required=False,
@@ -159,7 +245,8 @@ class ComparisonForm(forms.Form):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["runs"].queryset = Run.objects.exclude(status__in=[Run.QUEUED, Run.RUNNING]).order_by("-created")
-        self.fields["reports"].queryset = ImportedReport.objects.all()
+        # Only what the checkboxes show (the title): never each report's stored levels.
+        self.fields["reports"].queryset = ImportedReport.objects.only("id", "title")
 
     def clean(self):
         data = super().clean()

@@ -294,8 +294,10 @@ def report_import(*, owner, data: bytes, filename: str, title: str = "", backend
     from benchmarks.importers import parse_report
     from benchmarks.models import ImportedReport
 
-    report = parse_report(data, filename)
-    return ImportedReport.objects.create(
+    # Parsed and checked in full (size, levels, text a database can store) before the one INSERT.
+    report = parse_report(data, filename, max_bytes=settings.MAX_IMPORT_MIB * 1024 * 1024,
+                          max_levels=settings.MAX_IMPORT_LEVELS)
+    return ImportedReport.objects.create(  # one row, one INSERT: nothing half-stored
         kind=report.kind, title=title or report.title, filename=filename[:300],
         gpu=gpu or report.gpu or "", backend=backend or report.backend or "",
         quantization=quantization, report=report.to_dict(), uploaded_by=owner)

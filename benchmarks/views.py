@@ -160,8 +160,10 @@ def run_requests_csv(request, public_id: str):
 def import_new(request):
     from benchmarks.importers import ReportFormatError
 
-    form = ImportForm(request.POST or None, request.FILES or None)
-    if request.method == "POST" and form.is_valid():
+    form = ImportForm()
+    if request.method == "POST":  # reading POST runs the upload handlers, which may refuse the file
+        form = ImportForm(request.POST, request.FILES, upload_refused=getattr(request, "upload_refused", ""))
+    if form.is_bound and form.is_valid():
         f = form.cleaned_data["file"]
         try:
             report = services.report_import(owner=request.user, data=f.read(), filename=f.name,

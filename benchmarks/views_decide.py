@@ -5,6 +5,7 @@ import re
 from django import forms
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import RequestDataTooBig
 from django.core.validators import MaxValueValidator
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
@@ -12,6 +13,7 @@ from django.shortcuts import redirect, render
 from benchmarks import decisions
 from benchmarks.advisor import PRIORITIES
 from benchmarks.decorators import api_login_required, permalink
+from benchmarks.forms import TextField
 from benchmarks.models import Decision, Host, Model
 
 
@@ -38,10 +40,10 @@ class DecisionForm(forms.Form):
                          error_messages={"invalid_choice": "Pick a registered host (or none and state the GPU)."},
                          help_text="Its GPU model, compute capability, VRAM, count and interconnect come from "
                                    "the inventory; the fields below are then ignored.")
-    gpu_name = forms.CharField(max_length=100, required=False, label="GPU model",
-                               help_text="As nvidia-smi names it, e.g. Tesla V100-PCIE-16GB or NVIDIA H200.")
-    compute_capability = forms.CharField(max_length=10, required=False,
-                                         help_text="e.g. 7.0 (V100), 8.0 (A100), 8.9 (L4), 9.0 (H100/H200).")
+    gpu_name = TextField(max_length=100, required=False, label="GPU model",
+                         help_text="As nvidia-smi names it, e.g. Tesla V100-PCIE-16GB or NVIDIA H200.")
+    compute_capability = TextField(max_length=10, required=False,
+                                   help_text="e.g. 7.0 (V100), 8.0 (A100), 8.9 (L4), 9.0 (H100/H200).")
     vram_gib = forms.FloatField(required=False, min_value=1, max_value=1024, label="VRAM per GPU (GiB)")
     gpu_count = forms.IntegerField(required=False, min_value=1, max_value=64, initial=1, label="GPUs")
     interconnect = forms.ChoiceField(choices=list(decisions.INTERCONNECTS.items()), required=False,
@@ -167,6 +169,9 @@ def decision_api(request):
         return JsonResponse({"error": "POST a JSON workload"}, status=405, headers={"Allow": "POST"})
     try:
         body, save = _api_body(request.body)
+    except RequestDataTooBig:
+        return JsonResponse({"error": f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE:,} bytes; "
+                                      "a workload is a few hundred"}, status=413)
     except ValueError as e:
         return JsonResponse({"error": str(e)}, status=400)
     form = DecisionForm(body)

@@ -1,8 +1,11 @@
 """Imported result files, the published V100 reference, and side-by-side comparisons."""
+import json
 from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from benchmarks.models import Comparison, ImportedReport
@@ -93,3 +96,51 @@ def test_comparing_across_workloads_warns(client):
     client.post(reverse("comparison-new"), {"runs": [a.id, b.id]})
     page = client.get(Comparison.objects.get().get_absolute_url()).content.decode()
     assert "Different prompt tokens" in page
+
+
+# --- bounded imports: the largest accepted report, and one over the bounds -------------------
+
+def largest_vllm_file(levels: int) -> bytes:
+    """`levels` appended vllm bench serve results (--append-result), each at its own concurrency:
+    the heaviest level kind (latency percentiles and notes) at the most levels an import takes."""
+    line = json.loads((DATA / "vllm_bench_serve_appended_c1_c8.jsonl").read_text().splitlines()[1])
+    return "\n".join(json.dumps({**line, "max_concurrency": i + 1}) for i in range(levels)).encode()
+
+
+def test_a_file_over_the_level_limit_is_refused_and_nothing_is_stored(client, settings):
+    settings.MAX_IMPORT_LEVELS = 3
+    client.force_login(user())
+    r = client.post(reverse("import-new"), {"file": SimpleUploadedFile("sweep.jsonl", largest_vllm_file(4))})
+    assert r.context["form"].errors["file"] == [
+        "Could not import sweep.jsonl: vllm bench serve JSON: 4 results; one import holds at most 3 — split the file"]
+    assert not ImportedReport.objects.exclude(kind="published").exists()
+
+
+def test_the_largest_report_an_import_accepts_has_pages_of_few_queries(client, settings, django_assert_max_num_queries):
+    client.force_login(user())
+    r = client.post(reverse("import-new"), {"file": SimpleUploadedFile("sweep.jsonl",
+                                                                       largest_vllm_file(settings.MAX_IMPORT_LEVELS))})
+    report = ImportedReport.objects.exclude(kind="published").get()
+    assert r.url == report.get_absolute_url() and len(report.report["levels"]) == settings.MAX_IMPORT_LEVELS
+    with django_assert_max_num_queries(4):  # session, user, report, messages
+        page = client.get(report.get_absolute_url()).content.decode()
+    assert page.count("<tr><td>concurrency ") == settings.MAX_IMPORT_LEVELS
+    with django_assert_max_num_queries(3):
+        fig = client.get(reverse("import-chart", args=[report.public_id, "json"])).json()
+    assert len(fig["data"][0]["x"]) == settings.MAX_IMPORT_LEVELS
+    comparison = Comparison.objects.create(title="big")
+    comparison.reports.set([report])
+    with django_assert_max_num_queries(6):
+        assert "concurrency 1000" in client.get(comparison.get_absolute_url()).content.decode()
+
+
+def test_the_compare_form_lists_reports_without_loading_their_levels(client):
+    published_reports_load()
+    client.force_login(user())
+    client.post(reverse("import-new"), {"file": SimpleUploadedFile("sweep.jsonl", largest_vllm_file(50))})
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(reverse("comparison-new")).content.decode()
+    assert "vllm bench serve" in page and "V100 write-up (published)" in page
+    report_queries = [q["sql"] for q in queries if 'FROM "benchmarks_importedreport"' in q["sql"]]
+    assert len(report_queries) == 1
+    assert '"benchmarks_importedreport"."report"' not in report_queries[0]

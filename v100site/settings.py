@@ -85,6 +85,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Refuses a too-large body before anything reads it (no middleware above does; CSRF's
+    # process_view and the views come later), with the headers of the middleware above.
+    "benchmarks.uploads.RequestSizeLimitMiddleware",
 ]
 
 ROOT_URLCONF = "v100site.urls"
@@ -175,6 +178,7 @@ MAX_CONCURRENCY = envint("MAX_CONCURRENCY", "512")
 MAX_REQUESTS_PER_LEVEL = envint("MAX_REQUESTS_PER_LEVEL", "10000")
 MAX_TOKENS = envint("MAX_TOKENS", "131072")
 MAX_REQUEST_RATE = float(os.environ.get("MAX_REQUEST_RATE", "1000"))
+MIN_REQUEST_RATE = float(os.environ.get("MIN_REQUEST_RATE", "0.01"))  # and a run must fit RUN_TIME_LIMIT_S
 MAX_REQUESTS_PER_RUN = envint("MAX_REQUESTS_PER_RUN", "100000")  # endpoints × levels × requests
 MAX_RUNS_IN_FLIGHT = envint("MAX_RUNS_IN_FLIGHT", "5")  # queued or running, per user
 # The networks endpoints may be on (comma-separated CIDRs, e.g. "10.0.0.0/8,fd00::/8"); empty:
@@ -183,6 +187,15 @@ MAX_RUNS_IN_FLIGHT = envint("MAX_RUNS_IN_FLIGHT", "5")  # queued or running, per
 ENDPOINT_ALLOWED_NETWORKS = [n.strip() for n in os.environ.get("ENDPOINT_ALLOWED_NETWORKS", "").split(",") if n.strip()]
 for _network in ENDPOINT_ALLOWED_NETWORKS:
     ipaddress.ip_network(_network)  # a typo fails at start, not at the first run
+
+# Imports: a result file may be up to MAX_IMPORT_MIB MiB and hold MAX_IMPORT_LEVELS levels. A request
+# larger than the file limit plus 1 MiB for the other fields is refused before its body is read;
+# a file part stops being received (and written to FILE_UPLOAD_TEMP_DIR) at the limit.
+MAX_IMPORT_MIB = envint("MAX_IMPORT_MIB", "20")
+MAX_IMPORT_LEVELS = envint("MAX_IMPORT_LEVELS", "1000")
+FILE_UPLOAD_HANDLERS = ["benchmarks.uploads.FileSizeLimitHandler",
+                        "django.core.files.uploadhandler.MemoryFileUploadHandler",
+                        "django.core.files.uploadhandler.TemporaryFileUploadHandler"]
 
 # The inventory name of the host this worker runs on: its GPUs are probed at start and
 # sampled during runs of endpoints on this host. Leave empty on a web-only or remote worker.
