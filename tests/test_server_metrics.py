@@ -469,15 +469,19 @@ def test_identity_never_raises_and_notes_what_is_missing():
         async with _Server(404, b"{}") as srv, httpx.AsyncClient() as client:
             llama = await server_identity(client, srv.url, "llamacpp")
             vllm = await server_identity(client, srv.url, "vllm")
-            other = await server_identity(client, srv.url, "sglang")
+            sglang = await server_identity(client, srv.url, "sglang")
+            other = await server_identity(client, srv.url, "tgi")
         from conftest import free_port
         async with httpx.AsyncClient() as client:
             down = await server_identity(client, f"http://127.0.0.1:{free_port()}", "vllm")
-        return llama, vllm, other, down
-    llama, vllm, other, down = asyncio.run(go())
+        return llama, vllm, sglang, other, down
+    llama, vllm, sglang, other, down = asyncio.run(go())
     assert [n.split(": ", 1)[1] for n in llama["notes"]] == ["HTTP 404 ({})", "HTTP 404 ({})"]
     assert "version" not in vllm and len(vllm["notes"]) == 1
-    assert other["notes"] == ["no identity endpoints known for backend 'sglang'"]
+    # Each identity answer is tried under its older and newer name; the last failure is noted.
+    assert [n.split(": ", 1)[0].rsplit("/", 1)[1] for n in sglang["notes"]] == ["model_info", "server_info"]
+    assert "version" not in sglang and all("HTTP 404" in n for n in sglang["notes"])
+    assert other["notes"] == ["unknown backend 'tgi' (known: llamacpp, openai, sglang, vllm)"]
     assert "ConnectError" in down["notes"][0]
 
 

@@ -1,5 +1,6 @@
-"""Load generation against one OpenAI-compatible endpoint (vLLM, llama.cpp's llama-server or
-another compatible server), with httpx async streaming.
+"""Load generation against one OpenAI-compatible endpoint (vLLM, llama.cpp's llama-server,
+SGLang or another compatible server: each one's dialect is in `backends/`), with httpx async
+streaming.
 
 A `Session` is one endpoint measured with one workload: preflight, prompt building with the
 server's own tokenizer, warmup, then one call of `measure_level` per concurrency level. It
@@ -26,12 +27,11 @@ if importlib.util.find_spec("sniffio") is None:
     # fail at once, with the same outcome (httpcore then assumes asyncio).
     sys.modules.setdefault("sniffio", None)
 
+from . import backends
 from .addresses import AddressPolicy
 from .metrics import RequestResult, level_wall_time, percentile
 from .stream import StreamError, parse_chunk, sse_data
 from .transport import TimedStream, endpoint_transport
-
-BACKENDS = ("vllm", "llamacpp", "openai")
 
 # Plain English words; tokenized by the server to get a pool of ordinary token ids.
 _WORDS = (
@@ -49,7 +49,8 @@ _WORDS = (
 
 @dataclass
 class Target:
-    """Where to send requests. `model` is the served model id ('' = the only one served)."""
+    """Where to send requests. `backend` names its dialect (`backends.names()`); `model` is the
+    served model id ('' = the only one served)."""
 
     base_url: str
     backend: str = "openai"
@@ -192,9 +193,10 @@ async def until_stopped(awaitable: Awaitable, should_stop: Callable[[], bool], p
 
 class Session:
     """`addresses` says where requests may go (default: anywhere but the blocked ranges). A
-    target that cannot be used as given (a base URL the policy refuses or httpx cannot parse,
-    an API key no HTTP header can carry) fails the preflight with the reason, and no request
-    is sent; the constructor itself never raises for it."""
+    target that cannot be used as given (a backend the registry does not hold, a base URL the
+    policy refuses or httpx cannot parse, an API key no HTTP header can carry) fails the
+    preflight with the reason, and no request is sent; the constructor itself never raises
+    for it."""
 
     def __init__(self, target: Target, workload: Workload, timeouts: Timeouts | None = None,
                  max_connections: int | None = None, addresses: AddressPolicy | None = None):
@@ -203,6 +205,11 @@ class Session:
         self.timeouts = timeouts or Timeouts()
         self.addresses = addresses or AddressPolicy()
         self.unusable: list[Finding] = []
+        try:
+            self.backend = backends.get(target.backend)
+        except backends.UnknownBackend as exc:
+            self.backend = backends.Backend()
+            self.unusable.append(Finding("backend", False, str(exc)))
         url_problem = self.addresses.url_problem(target.base_url)
         if url_problem:
             self.unusable.append(Finding("url", False, url_problem))
@@ -258,8 +265,7 @@ class Session:
         wanted = self.target.model
         if not wanted and len(ids) == 1:
             wanted = ids[0]
-        if wanted and (wanted in ids or self.target.backend == "llamacpp" and ids):
-            # llama-server answers any model name with its one model; it still lists an id.
+        if wanted and (wanted in ids or self.backend.serves_any_model and ids):
             pf.model = wanted
             pf.findings.append(Finding("model", True, f"serves {', '.join(map(str, ids))}"))
         else:
@@ -269,24 +275,17 @@ class Session:
 
     # ---------------------------------------------------------------- prompts
     async def tokenize(self, text: str) -> list[int] | None:
-        """Token ids from the server's own /tokenize (vLLM and llama-server), without
-        special tokens; None when the server has none."""
-        bodies = {
-            "vllm": [{"model": self.target.model, "prompt": text, "add_special_tokens": False}],
-            "llamacpp": [{"content": text, "add_special": False}],
-        }.get(self.target.backend) or [
-            {"model": self.target.model, "prompt": text, "add_special_tokens": False},
-            {"content": text, "add_special": False},
-        ]
-        for body in bodies:
+        """Token ids of `text` without special tokens, from the server's own tokenizer (as its
+        backend calls it); None when it has none."""
+        for path, body in self.backend.tokenize_requests(self.target.model, text):
             try:
-                resp = await self._call("POST", "/tokenize", json=body)
+                resp = await self._call("POST", path, json=body)
                 if resp.status_code != 200:
                     continue
-                tokens = resp.json().get("tokens")
-            except (httpx.HTTPError, ValueError, AttributeError):
+                tokens = self.backend.read_tokens(resp.json())
+            except (httpx.HTTPError, ValueError):
                 continue
-            if isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens):
+            if tokens:
                 return tokens
         return None
 
@@ -318,17 +317,12 @@ class Session:
             "temperature": self.workload.temperature,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "ignore_eos": True,
         }
         if self.workload.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
-        if self.target.backend == "llamacpp":
-            body["cache_prompt"] = False  # measure prefill every time
-            body["n_predict"] = max_tokens
-        if self.target.backend == "vllm":
-            body["min_tokens"] = max_tokens
+        body.update(self.backend.request_extras(max_tokens))
         return body
 
     # ---------------------------------------------------------------- one request

@@ -1,16 +1,18 @@
 """The server's own view of a run: its Prometheus /metrics, sampled on the client's clock, and
-who it says it is (/version, /props, /slots).
+who it says it is (each backend's identity endpoints: vLLM /version, llama-server /props and
+/slots, SGLang /get_model_info and /get_server_info, ...).
 
-vLLM and llama.cpp name the same figures differently, and vLLM renamed some between versions;
-`scrape()` maps them onto one set of keys (FIGURES) and sums over label sets (model_name,
-engine, ...). Parsing is prometheus_client's (the library vLLM itself exports with), fed only
-the lines we chart: a whole vLLM page (hundreds of histogram buckets) takes 20-30 ms to parse,
-which would stall the event loop that is timing requests; picking our lines and parsing them
-takes about 0.5 ms.
+Backends name the same figures differently, and rename some between versions; `scrape()` maps
+them onto one set of keys (`backends.METRIC_KEYS`, each backend's `metrics` says its names) and
+sums over label sets (model_name, engine, ...). Parsing is prometheus_client's (the library vLLM
+itself exports with), fed only the lines we chart: a whole vLLM page (hundreds of histogram
+buckets) takes 20-30 ms to parse, which would stall the event loop that is timing requests;
+picking our lines and parsing them takes about 0.5 ms.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -18,41 +20,53 @@ from dataclasses import asdict, dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-# Our key -> the server's sample names, the first present wins (newer name first).
-FIGURES = {
-    "running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
-    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
-    # 0..1. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (both exported for a while).
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                       "llamacpp:kv_cache_usage_ratio"),
-    "prompt_tokens_total": ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
-    "generation_tokens_total": ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total"),
-    "prompt_seconds_total": ("llamacpp:prompt_seconds_total",),
-    "generation_seconds_total": ("llamacpp:tokens_predicted_seconds_total",),
-}
-# Histograms: we keep <name>_sum and <name>_count (means and deltas), not the buckets.
-HISTOGRAMS = {
-    "ttft_seconds": ("vllm:time_to_first_token_seconds",),
-    # Per-token gaps; time_per_output_token_seconds was its name before vLLM's V1 rename.
-    "itl_seconds": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    # Per-request mean TPOT (newer vLLM only).
-    "request_tpot_seconds": ("vllm:request_time_per_output_token_seconds",),
-    "e2e_seconds": ("vllm:e2e_request_latency_seconds",),
-}
-_WANTED = frozenset(n for names in FIGURES.values() for n in names) | frozenset(
-    n + suffix for names in HISTOGRAMS.values() for n in names for suffix in ("_sum", "_count"))
+from . import backends
+from .backends import HISTOGRAM_KEYS, METRIC_KEYS, trim  # noqa: F401 (trim: re-exported)
+
 # Status codes that mean "this server has no /metrics for us": 404 (no route), 501 (llama-server
 # started without --metrics answers 501 not_supported_error), 401/403 (behind an API key).
 _UNAVAILABLE = (401, 403, 404, 405, 501)
 
 
-def _sample_lines(text: str) -> str:
+@dataclass(frozen=True)
+class _Names:
+    figures: dict  # key -> sample names over every backend, each backend's newer name first
+    histograms: dict  # key -> histogram names (we read <name>_sum and <name>_count)
+    wanted: frozenset  # every sample line we parse
+    owners: tuple  # (backend name, the sample names only it exports), to say whose page it is
+
+
+@functools.lru_cache(maxsize=8)
+def _names_of(registered: tuple) -> _Names:
+    figures: dict = {k: () for k in METRIC_KEYS if k not in HISTOGRAM_KEYS}
+    histograms: dict = {k: () for k in METRIC_KEYS if k in HISTOGRAM_KEYS}
+    owners = []
+    for backend in registered:
+        own = set()
+        for key, sample_names in backend.metrics.items():
+            if key in HISTOGRAM_KEYS:
+                histograms[key] += sample_names
+                own.update(n + suffix for n in sample_names for suffix in ("_sum", "_count"))
+            else:
+                figures[key] += sample_names
+                own.update(sample_names)
+        owners.append((backend.name, frozenset(own)))
+    wanted = frozenset().union(*(own for _, own in owners))
+    return _Names(figures, histograms, wanted, tuple(owners))
+
+
+def _names() -> _Names:
+    """The sample names of the backends registered now (one registered later is included)."""
+    return _names_of(tuple(backends.BACKENDS.values()))
+
+
+def _sample_lines(text: str, wanted: frozenset) -> str:
     """Only the sample lines we chart, found with str.find (C speed: ~0.2 ms on a 50 KB vLLM
     page, against ~0.5 ms splitting it into lines). Comments are dropped too: without a TYPE
     line the parser keeps each sample's name exactly as written (it renames counters else)."""
     text = "\n" + text
     keep = []
-    for name in _WANTED:
+    for name in wanted:
         needle = "\n" + name
         i = text.find(needle)
         while i >= 0:
@@ -65,9 +79,9 @@ def _sample_lines(text: str) -> str:
 
 
 def parse_samples(text: str) -> dict[str, float]:
-    """Sample name -> value summed over its label sets, for the names in FIGURES/HISTOGRAMS."""
+    """Sample name -> value summed over its label sets, for the names the backends map."""
     totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(_sample_lines(text)):
+    for family in text_string_to_metric_families(_sample_lines(text, _names().wanted)):
         for s in family.samples:
             if math.isfinite(s.value):  # NaN would not survive a PostgreSQL jsonb column
                 totals[s.name] = totals.get(s.name, 0.0) + s.value
@@ -75,24 +89,24 @@ def parse_samples(text: str) -> dict[str, float]:
 
 
 def scrape(text: str) -> dict:
-    """The figures we chart from one /metrics page, under our own keys (see FIGURES and
-    HISTOGRAMS; histograms give `<key>_sum` and `<key>_count`). Keys the server does not
-    export are absent. `dialect` is "vllm", "llamacpp" or None."""
+    """The figures we chart from one /metrics page, under our own keys (`METRIC_KEYS`;
+    histograms give `<key>_sum` and `<key>_count`). Keys the server does not export are
+    absent. `dialect` is the backend whose names the page uses, or None."""
+    names = _names()
     raw = parse_samples(text)
     out: dict = {}
-    for key, names in FIGURES.items():
-        for name in names:
+    for key, sample_names in names.figures.items():
+        for name in sample_names:
             if name in raw:
                 out[key] = raw[name]
                 break
-    for key, names in HISTOGRAMS.items():
-        for name in names:
+    for key, sample_names in names.histograms.items():
+        for name in sample_names:
             if name + "_count" in raw:
                 out[key + "_sum"] = raw.get(name + "_sum")
                 out[key + "_count"] = raw[name + "_count"]
                 break
-    prefixes = {name.split(":", 1)[0] for name in raw}
-    out["dialect"] = "vllm" if "vllm" in prefixes else ("llamacpp" if "llamacpp" in prefixes else None)
+    out["dialect"] = next((backend for backend, own in names.owners if not own.isdisjoint(raw)), None)
     return out
 
 
@@ -120,8 +134,9 @@ def server_was_idle(first_sample) -> bool | None:
 
 
 SERIES_FIELDS = ("running", "waiting", "kv_cache_usage", "prompt_tokens_total", "generation_tokens_total")
-_COUNTERS = ("prompt_tokens_total", "generation_tokens_total", "prompt_seconds_total",
-             "generation_seconds_total")
+_GAUGES = ("running", "waiting", "kv_cache_usage")
+_COUNTERS = tuple(k for k in METRIC_KEYS if k.endswith("_total"))
+_HISTOGRAMS = tuple(k for k in METRIC_KEYS if k in HISTOGRAM_KEYS)
 
 
 def series(samples: list[MetricsSample]) -> dict:
@@ -143,7 +158,7 @@ def summary(samples: list[MetricsSample], status: str = "") -> dict:
                  "idle_at_start": server_was_idle(ok[0]) if ok else None}
     if not ok:
         return out
-    for f in ("running", "waiting", "kv_cache_usage"):
+    for f in _GAUGES:
         v = [s.values[f] for s in ok if s.values.get(f) is not None]
         if v:
             out["max_" + f] = max(v)
@@ -152,7 +167,7 @@ def summary(samples: list[MetricsSample], status: str = "") -> dict:
     for c in _COUNTERS:
         if c in first and c in last:
             out[c.removesuffix("_total") + "_delta"] = last[c] - first[c]
-    for h in HISTOGRAMS:
+    for h in _HISTOGRAMS:
         n0, n1 = first.get(h + "_count"), last.get(h + "_count")
         if n0 is not None and n1 is not None and n1 > n0:
             out[h.removesuffix("_seconds") + "_mean_s"] = (last[h + "_sum"] - first[h + "_sum"]) / (n1 - n0)
@@ -262,23 +277,6 @@ class MetricsSampler:
 
 
 # ---------------------------------------------------------------------------------- identity
-def trim(obj, max_str: int = 300, max_items: int = 32, depth: int = 4):
-    """A copy small enough to store: long strings (chat templates) and long lists cut, with
-    a note of what was cut."""
-    if isinstance(obj, str):
-        return obj if len(obj) <= max_str else obj[:max_str] + f"... [{len(obj) - max_str} chars trimmed]"
-    if isinstance(obj, dict):
-        if depth <= 0:
-            return f"[object with {len(obj)} keys trimmed]"
-        return {k: trim(v, max_str, max_items, depth - 1) for k, v in obj.items()}
-    if isinstance(obj, list):
-        if depth <= 0:
-            return f"[list of {len(obj)} trimmed]"
-        head = [trim(v, max_str, max_items, depth - 1) for v in obj[:max_items]]
-        return head + ([f"[{len(obj) - max_items} more trimmed]"] if len(obj) > max_items else [])
-    return obj
-
-
 async def _get_json(client: httpx.AsyncClient, url: str, notes: list[str], timeout_s: float):
     try:
         r = await client.get(url, timeout=timeout_s)
@@ -297,28 +295,31 @@ async def _get_json(client: httpx.AsyncClient, url: str, notes: list[str], timeo
 
 async def server_identity(client: httpx.AsyncClient, base_url: str, backend: str,
                           timeout_s: float = 5.0) -> dict:
-    """What the server says it is, small enough to store with the run. vLLM: /version.
-    llama-server: /props (context size, slots, build, model path) and /slots. Every call is
-    optional: what fails is listed in `notes`, nothing raises."""
+    """What the server says it is, small enough to store with the run: what its backend reads
+    from its identity endpoints (`Backend.identity`). Every call is optional: what fails is
+    listed in `notes`, nothing raises."""
     base = base_url.rstrip("/")
     notes: list[str] = []
     out: dict = {"backend": backend}
-    if backend == "vllm":
-        v = await _get_json(client, base + "/version", notes, timeout_s)
-        if isinstance(v, dict):
-            out["version"] = v.get("version")
-    elif backend == "llamacpp":
-        props = await _get_json(client, base + "/props", notes, timeout_s)
-        if isinstance(props, dict):
-            settings = props.get("default_generation_settings") or {}
-            out.update(n_ctx=settings.get("n_ctx") if isinstance(settings, dict) else None,
-                       total_slots=props.get("total_slots"), build_info=props.get("build_info"),
-                       model_path=props.get("model_path"), props=trim(props))
-        slots = await _get_json(client, base + "/slots", notes, timeout_s)
-        if isinstance(slots, list):
-            n_ctx = sorted({s.get("n_ctx") for s in slots if isinstance(s, dict) and s.get("n_ctx")})
-            out["slots"] = {"count": len(slots), "n_ctx": n_ctx[0] if len(n_ctx) == 1 else n_ctx}
-    else:
-        notes.append(f"no identity endpoints known for backend {backend!r}")
+    try:
+        engine = backends.get(backend)
+    except backends.UnknownBackend as exc:
+        notes.append(str(exc))
+        engine = None
+
+    async def get(*paths: str):
+        """The first of `paths` that answers JSON; only the last failure is noted (the earlier
+        paths are other releases' names for the same thing)."""
+        for i, path in enumerate(paths):
+            value = await _get_json(client, base + path, notes if i == len(paths) - 1 else [], timeout_s)
+            if value is not None:
+                return value
+        return None
+
+    if engine is not None:
+        try:
+            out.update(await engine.identity(get))
+        except Exception as exc:  # a surprising answer must not fail the run being measured
+            notes.append(f"reading the identity failed: {type(exc).__name__}: {exc}")
     out["notes"] = notes
     return out

@@ -1,8 +1,12 @@
 """A simulated OpenAI-compatible streaming server with known latencies.
 
-It speaks the vLLM dialect (usage chunk, /version, vllm:* metrics) and the llama.cpp dialect
-(`timings` in the last chunk, /props, /slots, llamacpp:* metrics, a BOS token added to every
-prompt), both with /health, /v1/models, /tokenize, /v1/completions and /v1/chat/completions.
+It speaks the dialect of any registered backend (`dialect`, a name in engine.backends; each
+backend's module says how: its identity endpoints, its /tokenize, its /metrics names, a BOS token
+it adds, how its stream ends, what it refuses): vLLM (usage chunk, /version, vllm:* metrics),
+llama.cpp (`timings` in the last chunk, /props, /slots, llamacpp:* metrics, a BOS token added
+to every prompt), SGLang (/get_model_info, /get_server_info, sglang:* metrics) and a strict
+plain-OpenAI server (no /tokenize, no /metrics, unknown request fields refused); all with
+/health, /v1/models, /v1/completions and /v1/chat/completions.
 
 Latency model: a request waits for one of `slots`, then its prefill takes
 `prefill_ms + prompt_tokens * prefill_ms_per_token`, then one token is written every
@@ -53,13 +57,15 @@ import time
 import zlib
 from dataclasses import asdict, dataclass
 
+from . import backends
+
 FAULTS = ("none", "http500", "reset", "stall", "malformed", "error_chunk", "truncate", "slow_drip",
           "endless")
 
 
 @dataclass
 class SimConfig:
-    dialect: str = "vllm"  # vllm | llamacpp
+    dialect: str = "vllm"  # a backend name: vllm, llamacpp, sglang, openai, ...
     model: str = "sim-model"
     prefill_ms: float = 5.0
     prefill_ms_per_token: float = 0.0
@@ -100,6 +106,8 @@ def count_tokens(prompt) -> list[int]:
 class Simulator:
     def __init__(self, config: SimConfig):
         self.config = config
+        self.backend = backends.get(config.dialect)
+        self.identity_routes = self.backend.sim_routes(config)
         self.slots = asyncio.Semaphore(config.slots)
         self.request_count = 0
         self.running = 0
@@ -120,6 +128,14 @@ class Simulator:
         loop = asyncio.get_running_loop()
         self.tasks.add(loop.create_task(self._accept()))
         return self.listener.getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop listening and drop every connection (for a simulator run inside a test's process)."""
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.listener is not None:
+            self.listener.close()
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
@@ -202,31 +218,23 @@ class Simulator:
         if path in self.fail_paths:
             status = self.fail_paths[path]
             return await self.respond(writer, status, {"error": {"message": f"simulated HTTP {status}"}}, close)
+        backend = self.backend
         if method == "GET" and path == "/health":
-            return await self.respond(writer, 200, {"status": "ok"} if cfg.dialect == "llamacpp" else b"", close)
+            return await self.respond(writer, 200, backend.sim_health(), close)
         if method == "GET" and path == "/v1/models":
             return await self.respond(writer, 200, {"object": "list", "data": [
                 {"id": cfg.model, "object": "model", "owned_by": "simulator"}]}, close)
-        if method == "GET" and path == "/metrics":
-            return await self.respond(writer, 200, self.metrics_text(), close, "text/plain; version=0.0.4")
-        if method == "GET" and path == "/version" and cfg.dialect == "vllm":
-            return await self.respond(writer, 200, {"version": "0.0.0-simulator"}, close)
-        if method == "GET" and path == "/props" and cfg.dialect == "llamacpp":
-            return await self.respond(writer, 200, {
-                "total_slots": cfg.slots, "model_path": f"/models/{cfg.model}.gguf",
-                "default_generation_settings": {"n_ctx": 4096}, "build_info": "simulator"}, close)
-        if method == "GET" and path == "/slots" and cfg.dialect == "llamacpp":
-            return await self.respond(writer, 200, [{"id": i, "n_ctx": 4096, "is_processing": False}
-                                                    for i in range(cfg.slots)], close)
-        if method == "POST" and path == "/tokenize":
+        if method == "GET" and path == "/metrics" and backend.sim_metrics:
+            return await self.respond(writer, 200, backend.sim_exposition(self.figures(), cfg.model), close,
+                                      "text/plain; version=0.0.4")
+        if method == "GET" and path in self.identity_routes:
+            return await self.respond(writer, 200, self.identity_routes[path], close)
+        if method == "POST" and path in backend.sim_tokenize_paths:
             try:
                 req = json.loads(body or b"{}")
-                ids = count_tokens(req.get("prompt", req.get("content", "")))
-            except (ValueError, AttributeError) as exc:
-                return await self.respond(writer, 400, {"error": {"message": str(exc)}}, close)
-            out = {"tokens": ids}
-            if cfg.dialect == "vllm":
-                out.update(count=len(ids), max_model_len=4096)
+                out = backend.sim_tokenize(req, count_tokens)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
             return await self.respond(writer, 200, out, close)
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             return await self.generate(path, body, writer, received, close, headers or {})
@@ -238,7 +246,11 @@ class Simulator:
         chat = path.endswith("chat/completions")
         try:
             req = json.loads(body)
-            if req.get("model") not in (cfg.model, None, "") and cfg.dialect == "vllm":
+            refused = self.backend.sim_refuses(req)
+            if refused:
+                return await self.respond(writer, 400, {"error": {"message": refused,
+                                                                  "type": "invalid_request_error"}}, close)
+            if req.get("model") not in (cfg.model, None, "") and self.backend.sim_checks_model:
                 return await self.respond(writer, 404, {"error": {
                     "message": f"The model `{req.get('model')}` does not exist."}}, close)
             prompt = (" ".join(str(m.get("content", "")) for m in req["messages"]) if chat
@@ -247,9 +259,9 @@ class Simulator:
             max_tokens = int(req.get("max_tokens") or req.get("n_predict") or 16)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
-        n_prompt = len(prompt_ids) + (1 if cfg.dialect == "llamacpp" else 0) + (8 if chat else 0)
+        n_prompt = len(prompt_ids) + self.backend.sim_bos_tokens + (8 if chat else 0)
         n_out = max_tokens
-        if cfg.eos_after and not (req.get("ignore_eos") and cfg.honor_ignore_eos):
+        if cfg.eos_after and not (self.backend.sim_exact_length(req) and cfg.honor_ignore_eos):
             n_out = min(n_out, cfg.eos_after)
         self.request_count += 1
         fault = cfg.fault if cfg.fault != "none" and self.request_count % max(cfg.fault_every, 1) == 0 else "none"
@@ -315,7 +327,8 @@ class Simulator:
                             return not close
                     text = " tok"
                     last = k == n_out - 1
-                    finish = ("length" if n_out == max_tokens else "stop") if last and cfg.dialect == "vllm" else None
+                    finish = (("length" if n_out == max_tokens else "stop")
+                              if last and self.backend.sim_finish_in_last_token else None)
                     if chat:
                         key = "reasoning_content" if k < cfg.reasoning_tokens else "content"
                         choice = {"index": 0, "delta": {key: text}, "finish_reason": finish}
@@ -349,19 +362,14 @@ class Simulator:
                 self.prompt_tokens_total += n_prompt
                 usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out,
                          "total_tokens": n_prompt + n_out}
-                if cfg.dialect == "llamacpp":
-                    finish = "length" if n_out == max_tokens else "stop"
-                    predicted_ms = max((end - first_at) * 1000.0, 1e-6)
-                    final = {**base, "choices": [{"index": 0, "finish_reason": finish,
-                                                  **({"delta": {}} if chat else {"text": ""})}],
-                             "usage": usage, "timings": {
-                                 "cache_n": 0, "prompt_n": n_prompt, "prompt_ms": prefill_s * 1000.0,
-                                 "prompt_per_second": n_prompt / prefill_s if prefill_s else 0.0,
-                                 "predicted_n": n_out, "predicted_ms": predicted_ms,
-                                 "predicted_per_second": (n_out - 1) / predicted_ms * 1000.0 if n_out > 1 else 0.0}}
+                predicted_ms = max((end - first_at) * 1000.0, 1e-6)
+                timings = {"cache_n": 0, "prompt_n": n_prompt, "prompt_ms": prefill_s * 1000.0,
+                           "prompt_per_second": n_prompt / prefill_s if prefill_s else 0.0,
+                           "predicted_n": n_out, "predicted_ms": predicted_ms,
+                           "predicted_per_second": (n_out - 1) / predicted_ms * 1000.0 if n_out > 1 else 0.0}
+                for final in self.backend.sim_final_chunks(base, chat, "length" if n_out == max_tokens else "stop",
+                                                           usage, timings):
                     writer.write(event(final))
-                else:
-                    writer.write(event({**base, "choices": [], "usage": usage}))
                 writer.write(event(b"[DONE]") + b"0\r\n\r\n")
                 await writer.drain()
                 if truth is not None:
@@ -370,27 +378,13 @@ class Simulator:
             finally:
                 self.running -= 1
 
-    def metrics_text(self) -> str:
-        if self.config.dialect == "llamacpp":
-            return ("# TYPE llamacpp:requests_processing gauge\n"
-                    f"llamacpp:requests_processing {self.running}\n"
-                    "# TYPE llamacpp:requests_deferred gauge\n"
-                    f"llamacpp:requests_deferred {self.waiting}\n"
-                    "# TYPE llamacpp:tokens_predicted_total counter\n"
-                    f"llamacpp:tokens_predicted_total {self.tokens_predicted}\n"
-                    "# TYPE llamacpp:prompt_tokens_total counter\n"
-                    f"llamacpp:prompt_tokens_total {self.prompt_tokens_total}\n")
-        label = f'{{model_name="{self.config.model}"}}'
-        return ("# TYPE vllm:num_requests_running gauge\n"
-                f"vllm:num_requests_running{label} {self.running}\n"
-                "# TYPE vllm:num_requests_waiting gauge\n"
-                f"vllm:num_requests_waiting{label} {self.waiting}\n"
-                "# TYPE vllm:kv_cache_usage_perc gauge\n"
-                f"vllm:kv_cache_usage_perc{label} {min(1.0, self.running / max(self.config.slots, 1))}\n"
-                "# TYPE vllm:generation_tokens_total counter\n"
-                f"vllm:generation_tokens_total{label} {self.tokens_predicted}\n"
-                "# TYPE vllm:prompt_tokens_total counter\n"
-                f"vllm:prompt_tokens_total{label} {self.prompt_tokens_total}\n")
+    def figures(self) -> dict[str, float]:
+        """What the server knows of itself now, under the product's metric keys (each backend's
+        /metrics page says these under its own names)."""
+        return {"running": self.running, "waiting": self.waiting,
+                "kv_cache_usage": min(1.0, self.running / max(self.config.slots, 1)),
+                "generation_tokens_total": self.tokens_predicted, "prompt_tokens_total": self.prompt_tokens_total,
+                "cached_prompt_tokens_total": 0}  # no prefix cache: every prompt is computed
 
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
@@ -659,6 +653,8 @@ def main(argv=None) -> None:
             setattr(cfg, name, value)
     if cfg.fault not in FAULTS:
         ap.error(f"--fault must be one of {', '.join(FAULTS)}")
+    if cfg.dialect not in backends.BACKENDS:
+        ap.error(f"--dialect must be one of {', '.join(backends.names())}")
 
     async def serve() -> None:
         sim = Simulator(cfg)

@@ -1,0 +1,208 @@
+"""What a backend is, and the registry that holds them.
+
+A backend is one serving engine's dialect of the OpenAI-compatible API, written once: what it
+needs in a request so that every request generates exactly the asked tokens, how it tokenizes,
+what its /metrics samples are called, where it says who it is, and how the simulator speaks
+like it. The load generator, the server-metrics scraper, the simulator, the model's choices,
+the forms and the advisor all ask the registry; none of them names a backend.
+"""
+from __future__ import annotations
+
+import re
+from typing import Awaitable, Callable
+
+# The server's figures under the product's own keys. Each backend maps its /metrics sample names
+# onto these (newer name first). Gauges are read as they are, counters (`_total`) as their
+# change over a level, histograms as `<key>_sum` and `<key>_count` (a mean over a level).
+METRIC_KEYS = {
+    "running": "requests being generated",
+    "waiting": "requests queued, not started",
+    "kv_cache_usage": "share of the KV cache in use, 0..1",
+    "prompt_tokens_total": "prompt tokens processed",
+    "generation_tokens_total": "tokens generated",
+    "prompt_seconds_total": "seconds spent processing prompts",
+    "generation_seconds_total": "seconds spent generating",
+    "cached_prompt_tokens_total": "prompt tokens taken from the prefix cache instead of computed",
+    "ttft_seconds": "histogram: time to first token",
+    "itl_seconds": "histogram: gap between two tokens of a request",
+    "request_tpot_seconds": "histogram: a request's mean time per output token",
+    "e2e_seconds": "histogram: a request's whole latency",
+}
+HISTOGRAM_KEYS = frozenset({"ttft_seconds", "itl_seconds", "request_tpot_seconds", "e2e_seconds"})
+
+# Fetch one identity endpoint: tries each path in turn, returns the first JSON answer (None when
+# none answered; the last failure is noted).
+Get = Callable[..., Awaitable[object]]
+
+
+class UnknownBackend(LookupError):
+    """A backend name the registry does not hold."""
+
+
+class Backend:
+    """The defaults are a server of unknown make that speaks plain OpenAI: no extra request
+    fields, no /tokenize (prompts are text), no /metrics names, no identity endpoints. A
+    backend overrides what its server does differently."""
+
+    name = ""  # stored in Endpoint.backend: a lowercase slug of at most 20 characters
+    label = ""  # the engine's name in prose ("llama.cpp")
+    choice_label = ""  # in choice lists, when it should say more than `label`
+    generic = False  # a catch-all for servers of unknown make: listed after the named engines
+
+    # ------------------------------------------------------------------ request dialect
+    serves_any_model = False  # answers any model name with its one model (llama-server)
+
+    def request_extras(self, max_tokens: int) -> dict:
+        """Fields beyond the OpenAI request, so that a request generates exactly `max_tokens`
+        (past an end-of-sequence token) and its prompt is computed, not taken from a cache."""
+        return {}
+
+    # ------------------------------------------------------------------ tokenize
+    def tokenize_requests(self, model: str, text: str) -> list[tuple[str, dict]]:
+        """(path, JSON body) of the POSTs that tokenize `text` without special tokens, tried in
+        turn. None: prompts are sent as text, their length calibrated from `usage`."""
+        return []
+
+    def read_tokens(self, payload) -> list[int] | None:
+        """Token ids from a tokenize answer; None when it holds none."""
+        tokens = payload.get("tokens") if isinstance(payload, dict) else None
+        if isinstance(tokens, list) and tokens and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            return tokens
+        return None
+
+    # ------------------------------------------------------------------ /metrics
+    metrics: dict[str, tuple[str, ...]] = {}  # METRIC_KEYS key -> sample names, newer first
+
+    # ------------------------------------------------------------------ identity
+    async def identity(self, get: Get) -> dict:
+        """What the server says it is, small enough to store with a run. Reads answers
+        defensively (a field of the wrong type is left out, never raised on)."""
+        return {}
+
+    # ------------------------------------------------------------------ simulator dialect
+    # How `engine.simulator` behaves when it speaks this backend (SimConfig.dialect = name).
+    sim_bos_tokens = 0  # tokens the server adds to every prompt
+    sim_checks_model = False  # a request for a model it does not serve answers 404
+    sim_finish_in_last_token = True  # finish_reason rides on the last token's chunk
+    sim_metrics: tuple[str, ...] = ()  # figures its /metrics exports (none: no /metrics)
+    sim_metric_labels = ""  # label set of every sample, formatted with model=
+    sim_tokenize_paths: tuple[str, ...] = ()  # POST routes that tokenize
+
+    def sim_health(self):
+        """The body of a healthy GET /health."""
+        return b""
+
+    def sim_routes(self, config) -> dict[str, object]:
+        """GET path -> JSON answer: the identity endpoints, for a simulator with `config`."""
+        return {}
+
+    def sim_tokenize(self, request: dict, tokenize: Callable[[object], list[int]]) -> dict:
+        """The answer to a tokenize request; `tokenize` is the simulator's tokenizer. A missing
+        field may raise KeyError (the simulator answers 400)."""
+        raise KeyError("this server has no tokenize route")
+
+    def sim_refuses(self, request: dict) -> str | None:
+        """Why the server answers a generation request with 400, or None."""
+        return None
+
+    def sim_exact_length(self, request: dict) -> bool:
+        """The request asks to generate past an end-of-sequence token."""
+        return bool(request.get("ignore_eos"))
+
+    def sim_final_chunks(self, base: dict, chat: bool, finish: str, usage: dict, timings: dict) -> list[dict]:
+        """The chunks after the last token (before [DONE])."""
+        return [{**base, "choices": [], "usage": usage}]
+
+    def sim_exposition(self, values: dict[str, float], model: str) -> str:
+        """A /metrics page as this server writes it: each figure of `sim_metrics` under its
+        newest name. Empty when the server has no /metrics."""
+        labels = self.sim_metric_labels.format(model=model)
+        lines = []
+        for key in self.sim_metrics:
+            name = self.metrics[key][0]
+            lines.append(f"# TYPE {name} {'counter' if key.endswith('_total') else 'gauge'}")
+            lines.append(f"{name}{labels} {values[key]}")
+        return "".join(line + "\n" for line in lines)
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}>"
+
+
+# ---------------------------------------------------------------------------------- registry
+BACKENDS: dict[str, Backend] = {}
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,19}")
+
+
+def register(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: add a backend to the registry (a second one of the same name is an
+    error). Checks what the rest of the code relies on, so a mistake fails at import time."""
+    backend = cls()
+    problems = []
+    if not _NAME.fullmatch(backend.name or ""):
+        problems.append("name must be a lowercase slug of 1-20 characters")
+    if not backend.label:
+        problems.append("label is empty")
+    unknown = set(backend.metrics) - set(METRIC_KEYS)
+    if unknown:
+        problems.append(f"unknown metric keys {sorted(unknown)} (known: {', '.join(METRIC_KEYS)})")
+    if any(not names or not all(isinstance(n, str) and n for n in names) for names in backend.metrics.values()):
+        problems.append("every metric key needs at least one sample name")
+    exported = set(backend.sim_metrics)
+    if exported - set(backend.metrics) or exported & HISTOGRAM_KEYS:
+        problems.append("sim_metrics must be gauges or counters the backend names in `metrics`")
+    if backend.name in BACKENDS:
+        problems.append(f"a backend named {backend.name!r} is already registered")
+    if problems:
+        raise ValueError(f"backend {cls.__name__}: " + "; ".join(problems))
+    BACKENDS[backend.name] = backend
+    return cls
+
+
+def unregister(name: str) -> None:
+    BACKENDS.pop(name, None)
+
+
+def get(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except (KeyError, TypeError):
+        raise UnknownBackend(f"unknown backend {name!r} (known: {', '.join(sorted(BACKENDS))})") from None
+
+
+def names() -> list[str]:
+    return sorted(BACKENDS)
+
+
+def ordered() -> list[Backend]:
+    """Named engines by label, then the catch-alls."""
+    return sorted(BACKENDS.values(), key=lambda b: (b.generic, b.label.lower()))
+
+
+def choices() -> list[tuple[str, str]]:
+    """(name, label) for choice fields; a callable, so a backend registered later is offered."""
+    return [(b.name, b.choice_label or b.label) for b in ordered()]
+
+
+def label(name: str) -> str:
+    """The engine's name in prose; the stored name itself for one no longer registered."""
+    backend = BACKENDS.get(name)
+    return backend.label if backend else name
+
+
+# ---------------------------------------------------------------------------------- helpers
+def trim(obj, max_str: int = 300, max_items: int = 32, depth: int = 4):
+    """A copy small enough to store: long strings (chat templates) and long lists cut, with
+    a note of what was cut."""
+    if isinstance(obj, str):
+        return obj if len(obj) <= max_str else obj[:max_str] + f"... [{len(obj) - max_str} chars trimmed]"
+    if isinstance(obj, dict):
+        if depth <= 0:
+            return f"[object with {len(obj)} keys trimmed]"
+        return {k: trim(v, max_str, max_items, depth - 1) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if depth <= 0:
+            return f"[list of {len(obj)} trimmed]"
+        head = [trim(v, max_str, max_items, depth - 1) for v in obj[:max_items]]
+        return head + ([f"[{len(obj) - max_items} more trimmed]"] if len(obj) > max_items else [])
+    return obj

@@ -1,0 +1,71 @@
+"""llama.cpp's `llama-server`: `/tokenize` with `content`, `/props` and `/slots`, `llamacpp:*`
+metrics (only with `--metrics`), its own `timings` in the last chunk and a BOS token added to
+every prompt."""
+from __future__ import annotations
+
+from .base import Backend, register, trim
+
+
+@register
+class LlamaCpp(Backend):
+    name = "llamacpp"
+    label = "llama.cpp"
+    choice_label = "llama.cpp (llama-server)"
+    serves_any_model = True  # it answers any model name with its one model; it still lists an id
+
+    def request_extras(self, max_tokens: int) -> dict:
+        # cache_prompt off: every request's prefill is measured, none reused from a slot.
+        return {"ignore_eos": True, "cache_prompt": False, "n_predict": max_tokens}
+
+    def tokenize_requests(self, model: str, text: str) -> list[tuple[str, dict]]:
+        return [("/tokenize", {"content": text, "add_special": False})]
+
+    metrics = {
+        "running": ("llamacpp:requests_processing",),
+        "waiting": ("llamacpp:requests_deferred",),
+        # Gone from newer builds.
+        "kv_cache_usage": ("llamacpp:kv_cache_usage_ratio",),
+        "prompt_tokens_total": ("llamacpp:prompt_tokens_total",),
+        "generation_tokens_total": ("llamacpp:tokens_predicted_total",),
+        "prompt_seconds_total": ("llamacpp:prompt_seconds_total",),
+        "generation_seconds_total": ("llamacpp:tokens_predicted_seconds_total",),
+    }
+
+    async def identity(self, get) -> dict:
+        """Context size, slots, build and model path from /props; each slot's context from /slots."""
+        out: dict = {}
+        props = await get("/props")
+        if isinstance(props, dict):
+            settings = props.get("default_generation_settings") or {}
+            out.update(n_ctx=settings.get("n_ctx") if isinstance(settings, dict) else None,
+                       total_slots=props.get("total_slots"), build_info=props.get("build_info"),
+                       model_path=props.get("model_path"), props=trim(props))
+        slots = await get("/slots")
+        if isinstance(slots, list):
+            n_ctx = sorted({s.get("n_ctx") for s in slots if isinstance(s, dict) and s.get("n_ctx")})
+            out["slots"] = {"count": len(slots), "n_ctx": n_ctx[0] if len(n_ctx) == 1 else n_ctx}
+        return out
+
+    # ------------------------------------------------------------------ simulator dialect
+    sim_bos_tokens = 1
+    sim_finish_in_last_token = False
+    sim_metrics = ("running", "waiting", "generation_tokens_total", "prompt_tokens_total")
+    sim_tokenize_paths = ("/tokenize",)
+
+    def sim_health(self):
+        return {"status": "ok"}
+
+    def sim_routes(self, config) -> dict[str, object]:
+        return {
+            "/props": {"total_slots": config.slots, "model_path": f"/models/{config.model}.gguf",
+                       "default_generation_settings": {"n_ctx": 4096}, "build_info": "simulator"},
+            "/slots": [{"id": i, "n_ctx": 4096, "is_processing": False} for i in range(config.slots)],
+        }
+
+    def sim_tokenize(self, request: dict, tokenize) -> dict:
+        return {"tokens": tokenize(request["content"])}
+
+    def sim_final_chunks(self, base: dict, chat: bool, finish: str, usage: dict, timings: dict) -> list[dict]:
+        # One closing chunk with the finish reason, the usage and llama.cpp's own timings.
+        return [{**base, "choices": [{"index": 0, "finish_reason": finish, **({"delta": {}} if chat else {"text": ""})}],
+                 "usage": usage, "timings": timings}]

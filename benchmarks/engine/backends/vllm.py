@@ -1,0 +1,52 @@
+"""vLLM (`vllm serve`): `/tokenize`, `/version`, `vllm:*` metrics (with the names its V1 engine
+renamed)."""
+from __future__ import annotations
+
+from .base import Backend, register
+
+
+@register
+class VLLM(Backend):
+    name = "vllm"
+    label = "vLLM"
+
+    def request_extras(self, max_tokens: int) -> dict:
+        return {"ignore_eos": True, "min_tokens": max_tokens}
+
+    def tokenize_requests(self, model: str, text: str) -> list[tuple[str, dict]]:
+        return [("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})]
+
+    metrics = {
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        # gpu_cache_usage_perc was renamed kv_cache_usage_perc (both exported for a while).
+        "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "prompt_tokens_total": ("vllm:prompt_tokens_total",),
+        "generation_tokens_total": ("vllm:generation_tokens_total",),
+        # V1 counts prefix-cache lookups and hits in tokens.
+        "cached_prompt_tokens_total": ("vllm:prefix_cache_hits_total",),
+        "ttft_seconds": ("vllm:time_to_first_token_seconds",),
+        # Per-token gaps; time_per_output_token_seconds was its name before the V1 rename.
+        "itl_seconds": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        # Per-request mean TPOT (newer vLLM only).
+        "request_tpot_seconds": ("vllm:request_time_per_output_token_seconds",),
+        "e2e_seconds": ("vllm:e2e_request_latency_seconds",),
+    }
+
+    async def identity(self, get) -> dict:
+        version = await get("/version")
+        return {"version": version.get("version")} if isinstance(version, dict) else {}
+
+    # ------------------------------------------------------------------ simulator dialect
+    sim_checks_model = True
+    sim_metrics = ("running", "waiting", "kv_cache_usage", "generation_tokens_total", "prompt_tokens_total",
+                   "cached_prompt_tokens_total")
+    sim_metric_labels = '{{model_name="{model}"}}'
+    sim_tokenize_paths = ("/tokenize",)
+
+    def sim_routes(self, config) -> dict[str, object]:
+        return {"/version": {"version": "0.0.0-simulator"}}
+
+    def sim_tokenize(self, request: dict, tokenize) -> dict:
+        ids = tokenize(request["prompt"])
+        return {"tokens": ids, "count": len(ids), "max_model_len": 4096}
