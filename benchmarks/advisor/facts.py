@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 
+from ..engine import backends
 from .specs import EngineBuilds, ModelSpec
 
 CHECKED = date(2026, 11, 29)  # shared/reference/hardware-facts.md as read on this date
@@ -145,7 +146,7 @@ class Candidate:
 
     key: str
     label: str
-    backend: str  # "vllm" | "llamacpp"
+    backend: str  # a backend name (engine.backends): "vllm", "llamacpp", ...
     quantization: str  # key into ModelSpec.known_weight_bytes and advise(variant_bytes=...)
     requires: tuple[str, ...]  # fact ids with a min_cc
     size_fact: str  # fact id whose value is the bits per layer weight
@@ -161,8 +162,6 @@ DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("vllm-awq", "vLLM AWQ", "vllm", "awq",
               ("vllm-min-cc", "vllm-awq-min-cc"), "awq-size", embedding_bits=16),
 )
-
-BACKEND_NAMES = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
 
 
 def build_substitutions(builds: EngineBuilds) -> dict[str, str]:
@@ -203,7 +202,7 @@ def requirements(candidate: Candidate, builds: EngineBuilds = EngineBuilds()) ->
     """What the candidate needs, for display."""
     facts = required_facts(candidate, builds)
     return {
-        "backend": BACKEND_NAMES.get(candidate.backend, candidate.backend),
+        "backend": backends.label(candidate.backend),
         "quantization": candidate.quantization,
         "min_compute_capability": cc_str(max(f.min_cc for f in facts if f.min_cc)),
         "facts": [{"id": f.id, "statement": f.statement, "source": f.source,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .facts import BACKEND_NAMES, Candidate, cc_str, unmet_requirements, users_str
+from ..engine import backends
+from .facts import Candidate, cc_str, unmet_requirements, users_str
 from .specs import EngineBuilds, Evidence, GpuSpec, Workload
 
 METRICS = ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "decode_tok_s", "aggregate_tok_s",
@@ -74,7 +75,7 @@ def basis_of(ev: Evidence, gpu: GpuSpec) -> int | None:
 
 def reproducibility_flags(ev: Evidence, candidate: Candidate, builds: EngineBuilds) -> tuple[str, ...]:
     """A figure for a setup upstream engines refuse to start cannot be reproduced."""
-    backend = BACKEND_NAMES.get(candidate.backend, candidate.backend)
+    backend = backends.label(candidate.backend)
     return tuple(
         f"not reproducible with upstream {backend}: {ev.gpu_name} is compute capability "
         f"{cc_str(ev.compute_capability)} and {f.statement} ({f.source})"
