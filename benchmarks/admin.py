@@ -1,7 +1,20 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models.constants import LOOKUP_SEP
 
 from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, Variant
+from benchmarks.services import endpoint_api_key
+
+# Never a filter, search or ordering on these, in any list (a "1 endpoint" or "0" answer to
+# ?api_key__startswith=... gives the key away one character at a time).
+SECRET_FIELDS = {"api_key"}
+
+
+class InventoryAdmin(admin.ModelAdmin):
+    def lookup_allowed(self, lookup, value, request=None):
+        if SECRET_FIELDS & set(lookup.split(LOOKUP_SEP)):
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
 
 class GpuInline(admin.TabularInline):
@@ -12,7 +25,7 @@ class GpuInline(admin.TabularInline):
 
 
 @admin.register(Host)
-class HostAdmin(admin.ModelAdmin):
+class HostAdmin(InventoryAdmin):
     list_display = ("name", "hostname", "queue_name", "gpu_summary", "driver_version", "cuda_version",
                     "interconnect", "probe_status", "probed_at")
     list_filter = ("interconnect", "driver_version")
@@ -50,40 +63,39 @@ class VariantInline(admin.TabularInline):
 
 
 @admin.register(Model)
-class ModelAdmin(admin.ModelAdmin):
+class ModelAdmin(InventoryAdmin):
     list_display = ("name", "params_b", "architecture", "context_length", "layers", "kv_heads", "head_dim")
     search_fields = ("name", "architecture")
     inlines = [VariantInline]
 
 
 @admin.register(Variant)
-class VariantAdmin(admin.ModelAdmin):
+class VariantAdmin(InventoryAdmin):
     list_display = ("name", "model", "quantization", "format", "size_bytes", "perplexity")
     list_filter = ("quantization", "format", "model")
     search_fields = ("name", "model__name")
 
 
 class EndpointAdminForm(forms.ModelForm):
-    """The API key is write-only: the form never renders it; leaving it blank keeps it."""
+    """The API key is write-only: the form never renders it; leaving it blank keeps it, unless
+    the base URL changes (services.endpoint_api_key)."""
 
     api_key = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False),
-                              help_text="Write-only. Leave blank to keep the stored key.")
+                              help_text="Write-only. Leave blank to keep the stored key; a changed base URL "
+                                        "removes it unless you type it again here.")
     clear_api_key = forms.BooleanField(required=False, label="Remove the stored API key")
 
     class Meta:
         model = Endpoint
-        fields = "__all__"
-
-    def clean_api_key(self):
-        key = self.cleaned_data.get("api_key", "")
-        if not key and self.instance.pk:
-            return self.instance.api_key
-        return key
+        exclude = ["api_key"]  # set in save() from the rule below, never from the posted data alone
 
     def clean(self):
         data = super().clean()
-        if data.get("clear_api_key"):
-            data["api_key"] = ""
+        stored = self.instance.api_key if self.instance.pk else ""
+        old_url = self.instance.base_url if self.instance.pk else ""
+        data["api_key"], self.api_key_note = endpoint_api_key(
+            stored=stored, typed=data.get("api_key", ""), clear=bool(data.get("clear_api_key")),
+            old_url=old_url, new_url=data.get("base_url") or old_url)
         return data
 
     def save(self, commit=True):
@@ -92,17 +104,34 @@ class EndpointAdminForm(forms.ModelForm):
 
 
 @admin.register(Endpoint)
-class EndpointAdmin(admin.ModelAdmin):
+class EndpointAdmin(InventoryAdmin):
     form = EndpointAdminForm
     list_display = ("name", "backend", "host", "base_url", "model_name", "variant", "engine_version",
                     "tensor_parallel_size", "has_key", "enabled")
     list_filter = ("backend", "enabled", "host", "variant__quantization")
     search_fields = ("name", "base_url", "model_name", "launch_command")
     filter_horizontal = ("gpus",)
+    readonly_fields = ("api_key_status",)
 
     @admin.display(boolean=True, description="API key")
     def has_key(self, endpoint):
         return endpoint.has_api_key
+
+    @admin.display(description="Stored API key")
+    def api_key_status(self, endpoint):
+        return "yes (write-only: never shown)" if endpoint.has_api_key else "no"
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        if obj is not None and not self.has_change_permission(request, obj):
+            # View only: the admin would show every field read-only, the key in clear among them.
+            fields = [f for f in fields if f not in ("api_key", "clear_api_key")]
+        return fields
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if form.api_key_note:
+            self.message_user(request, form.api_key_note, messages.WARNING)
 
 
 class LevelInline(admin.TabularInline):
@@ -117,7 +146,7 @@ class LevelInline(admin.TabularInline):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(InventoryAdmin):
     list_display = ("__str__", "status", "owner", "created", "prompt_tokens", "output_tokens",
                     "concurrency_levels", "progress_done", "progress_total")
     list_filter = ("status", "api", "endpoints__backend")

@@ -331,6 +331,25 @@ def comparison_create(*, owner, runs, reports, title: str = ""):
     return comparison
 
 
+# ---------------------------------------------------------------- endpoints
+KEY_DROPPED = ("The base URL changed, so the stored API key was removed: a key is only ever sent to "
+               "the server it was given for. Give it again if the new server needs one.")
+
+
+def endpoint_api_key(*, stored: str, typed: str = "", clear: bool = False, old_url: str = "",
+                     new_url: str = "") -> tuple[str, str]:
+    """The API key an endpoint keeps after an edit, and a note when a stored key was dropped.
+    A key typed in the same change replaces it; with none typed the stored key stays, unless
+    the base URL changed: whoever may edit an endpoint could otherwise send its key anywhere."""
+    if clear:
+        return "", ""
+    if typed:
+        return typed, ""
+    if stored and old_url.rstrip("/") != new_url.rstrip("/"):
+        return "", KEY_DROPPED
+    return stored, ""
+
+
 # ---------------------------------------------------------------- hosts
 def host_probe_store(*, host, probe) -> None:
     """Write what pynvml reported (engine.gpu.HostProbe) into the inventory: the host's

@@ -181,7 +181,7 @@ def import_new(request):
 def import_detail(request, public_id: str):
     report = selectors.report_by_public_id(public_id)
     return render(request, "benchmarks/import_detail.html", {
-        "report": report, "series": selectors.report_series(report), "data": report.report})
+        "report": report, "rows": selectors.report_rows(report), "data": report.report})
 
 
 # ---------------------------------------------------------------- comparisons

@@ -1,19 +1,25 @@
 #!/usr/bin/env python
 """How fast the result pages are with big runs: server time and queries of the run page with
-10 000 request records, chart payload sizes, and the comparison page with 5 runs.
+10 000 request records, chart payload sizes, and the comparison page with 5 runs; then the
+largest report an import accepts (MAX_IMPORT_LEVELS levels): its import (time, peak Python
+memory), its page, chart and comparison, and /compare/ listing it beside every other report;
+and what refusing the 16 MB, 200 000-entry llama-bench file costs.
 
 Targets: run page < 300 ms of server time with at most 20 queries; every chart payload < 1 MB;
-the comparison page as fast with 5 runs.
+the comparison page as fast with 5 runs; the largest import's page, its comparison and /compare/
+< 300 ms each.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/v100site_bench .venv/bin/python scripts/bench_pages.py
 
 It creates the database's tables if needed and adds its own runs (stored through the real
 level_store service from synthetic requests); it never deletes anything.
 """
+import json
 import os
 import statistics
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,13 +96,85 @@ def main() -> None:
     ms, q, size = timed(client, reverse("comparison-chart", args=[comparison.public_id, "json"]), repeat=3)
     rows.append(("comparison chart, 5 runs", ms, q, size))
 
+    import_rows, import_notes = bench_imports(client, tag)
+    rows += import_rows
+
     print(f"\n{connection.vendor}, Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")
-    print(f"{'page':34} {'server ms':>10} {'queries':>8} {'bytes':>10}")
+    print(f"{'page':40} {'server ms':>10} {'queries':>8} {'bytes':>10}")
     for name, ms, q, size in rows:
-        print(f"{name:34} {ms:10.1f} {q:8d} {size:10d}")
+        print(f"{name:40} {ms:10.1f} {q:8d} {size:10d}")
+    print()
+    for line in import_notes:
+        print(line)
     run_page = rows[0]
     ok = run_page[1] < 300 and run_page[2] <= 20 and all(size < 1_000_000 for *_, size in rows)
     print("\ntargets (run page < 300 ms and <= 20 queries; every payload < 1 MB):", "met" if ok else "NOT met")
+    ok = all(ms < 300 for _, ms, *_ in import_rows)
+    print("targets (largest import's page, its comparison and /compare/ < 300 ms):", "met" if ok else "NOT met")
+
+
+def largest_import_file(levels: int) -> bytes:
+    """`levels` appended vllm bench serve results, the level kind with the most figures and notes."""
+    line = json.loads((ROOT / "tests" / "data" / "imports" / "vllm_bench_serve_appended_c1_c8.jsonl")
+                      .read_text().splitlines()[1])
+    return "\n".join(json.dumps({**line, "max_concurrency": i + 1}) for i in range(levels)).encode()
+
+
+def measured(fn):
+    """(result or the exception raised, seconds, peak MiB of Python allocations) of fn()."""
+    tracemalloc.start()
+    t = time.perf_counter()
+    try:
+        result = fn()
+    except Exception as exc:  # a refused import: what refusing cost is the figure
+        result = exc
+    seconds = time.perf_counter() - t
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    return result, seconds, peak
+
+
+def bench_imports(client: Client, tag: str) -> tuple[list, list[str]]:
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    from benchmarks.services import comparison_create, report_import
+
+    member, _ = get_user_model().objects.get_or_create(username=f"bench-{tag}")
+    client.force_login(member)
+    levels = settings.MAX_IMPORT_LEVELS
+    data = largest_import_file(levels)
+    report, seconds, peak = measured(lambda: report_import(owner=member, data=data, filename="largest.jsonl"))
+    stored = len(json.dumps(report.report))
+    notes = [f"largest accepted import: {levels} levels, file {len(data) / 2**20:.1f} MiB, stored report "
+             f"{stored / 2**20:.2f} MiB; imported in {seconds * 1000:.0f} ms, peak Python memory {peak:.0f} MiB"]
+    entries = json.dumps([{"n_prompt": 0, "n_gen": 128, "avg_ts": 56.2,
+                           "model_filename": "DeepSeek-R1-Q4_K_M.gguf"}] * 200_000).encode()  # ~17 MiB
+    refused, seconds, peak = measured(lambda: report_import(owner=member, data=entries, filename="huge.json"))
+    notes.append(f"200 000-entry llama-bench file ({len(entries) / 2**20:.1f} MiB): refused in {seconds * 1000:.0f} ms, "
+                 f"peak Python memory {peak:.0f} MiB: {refused}")
+    # A file at the byte limit, made of the values an import reads most (per-request arrays).
+    detailed = json.loads((ROOT / "tests" / "data" / "imports" / "vllm_bench_serve_c8_detailed.json").read_text())
+    detailed["itls"] = [[0.0123456789012345] * 100] * 9000
+    big = json.dumps(detailed).encode()
+    result, seconds, peak = measured(lambda: report_import(owner=member, data=big, filename="detailed.json"))
+    notes.append(f"{len(big) / 2**20:.1f} MiB vllm --save-detailed file (900 000 values): "
+                 f"{'imported' if not isinstance(result, Exception) else 'refused'} in {seconds * 1000:.0f} ms, "
+                 f"peak Python memory {peak:.0f} MiB")
+
+    rows = []
+    ms, q, size = timed(client, report.get_absolute_url())
+    rows.append((f"import page, {levels} levels", ms, q, size))
+    ms, q, size = timed(client, reverse("import-chart", args=[report.public_id, "json"]), repeat=3)
+    rows.append((f"import chart, {levels} levels", ms, q, size))
+    comparison = comparison_create(owner=member, runs=[], reports=[report], title="largest import")
+    ms, q, size = timed(client, comparison.get_absolute_url())
+    rows.append((f"comparison page, {levels}-level import", ms, q, size))
+    ms, q, size = timed(client, reverse("comparison-new"))
+    from benchmarks.models import ImportedReport, Run
+
+    rows.append((f"/compare/ ({ImportedReport.objects.count()} reports, {Run.objects.count()} runs)", ms, q, size))
+    return rows, notes
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ def test_a_vllm_bench_serve_result_is_imported_and_labelled(client):
     client.logout()
     page = client.get(report.get_absolute_url()).content.decode()
     assert "Imported from vllm bench serve, not measured here" in page
+    assert ("<tr><td>concurrency 8</td><td>8</td><td>—</td><td>512 / 100</td><td>522.3 / 683.4 / 717.4</td>\n"
+            "      <td>41.26</td><td>24.2</td><td>154.4</td><td>—</td>") in page
 
 
 @pytest.mark.parametrize("name", ["bad_console_output.txt", "bad_truncated_vllm.json", "bad_vllm_missing_ttft.json",

@@ -117,3 +117,107 @@ def test_production_refuses_to_start_without_a_secret_key():
     out = subprocess.run([sys.executable, "manage.py", "check"], capture_output=True, text=True, env=env,
                          cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode != 0 and "SECRET_KEY" in out.stderr
+
+
+# --- secrets ---------------------------------------------------------------------------------
+
+def viewer():
+    """A staff member who may only view, everything."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    u = get_user_model().objects.create_user("viewer", password="pw-for-tests-1", is_staff=True)
+    u.user_permissions.set(Permission.objects.filter(codename__startswith="view_"))
+    return u
+
+
+def test_a_staff_member_who_may_only_view_sees_whether_a_key_is_stored_but_never_the_key(client):
+    e = endpoint(api_key="sk-view-only-4d2c")
+    bare = endpoint(name="no-key", url="http://127.0.0.1:10")
+    client.force_login(viewer())
+    r = client.get(reverse("admin:benchmarks_endpoint_change", args=[e.id]))
+    page = r.content.decode()
+    assert r.status_code == 200 and "Close" in page and 'name="_save"' not in page  # the read-only view
+    assert "http://127.0.0.1:9" in page  # the other fields are shown, read-only
+    assert "sk-view-only-4d2c" not in page
+    assert "yes (write-only: never shown)" in page
+    page = client.get(reverse("admin:benchmarks_endpoint_change", args=[bare.id])).content.decode()
+    assert "Stored API key" in page and "write-only: never shown" not in page
+
+
+def secret_lookup_paths(model, depth=3, prefix=""):
+    """Every lookup path from `model` to Endpoint.api_key through at most `depth` relations."""
+    paths = [prefix + "api_key"] if model is Endpoint else []
+    if depth:
+        for field in model._meta.get_fields():
+            if field.is_relation and field.related_model is not None:
+                paths += secret_lookup_paths(field.related_model, depth - 1, f"{prefix}{field.name}__")
+    return paths
+
+
+def test_no_admin_list_answers_a_lookup_on_the_api_key(client):
+    from django.contrib import admin
+
+    endpoint(api_key="sk-lookup-7a1b")
+    client.force_login(viewer())
+    tried = 0
+    for model, model_admin in admin.site._registry.items():
+        for attr in ("search_fields", "list_filter", "list_display", "ordering", "sortable_by"):
+            assert not any("api_key" in str(f) for f in getattr(model_admin, attr) or ()), (model, attr)
+        url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+        for path in {"api_key", *secret_lookup_paths(model)}:
+            for lookup in (f"{path}__startswith", path, f"{path}__regex"):
+                r = client.get(url, {lookup: "sk-"})
+                # 400 (DisallowedModelAdminLookup), or the "?e=1" redirect of a lookup that does not
+                # exist on this model: never a page with a count.
+                assert r.status_code in (400, 302), (url, lookup, r.status_code)
+                assert r.status_code == 400 or path == "api_key" and model is not Endpoint, (url, lookup)
+                tried += 1
+    assert tried > 30
+    # Other filters still work.
+    r = client.get(reverse("admin:benchmarks_endpoint_changelist"), {"backend": "vllm"})
+    assert r.status_code == 200 and "1 endpoint" in r.content.decode()
+    r = client.get(reverse("admin:benchmarks_run_changelist"), {"endpoints__backend": "vllm"})
+    assert r.status_code == 200
+
+
+def test_a_changed_base_url_removes_the_stored_key_unless_a_new_one_is_given(client):
+    from test_admin_inventory import endpoint_post
+
+    e = endpoint(api_key="sk-bound-to-9")
+    client.force_login(user("root", staff=True))
+    url = reverse("admin:benchmarks_endpoint_change", args=[e.id])
+    r = client.post(url, endpoint_post(e, base_url="http://127.0.0.1:10"), follow=True)
+    e.refresh_from_db()
+    assert (e.base_url, e.api_key) == ("http://127.0.0.1:10", "")
+    assert "the stored API key was removed" in r.content.decode()
+    # A key typed in the same change goes with the new URL, silently.
+    r = client.post(url, endpoint_post(e, base_url="http://127.0.0.1:11", api_key="sk-for-11"), follow=True)
+    e.refresh_from_db()
+    assert (e.base_url, e.api_key) == ("http://127.0.0.1:11", "sk-for-11")
+    assert "the stored API key was removed" not in r.content.decode()
+    # Same URL (a trailing slash aside), no key typed: kept.
+    client.post(url, endpoint_post(e, base_url="http://127.0.0.1:11/"))
+    e.refresh_from_db()
+    assert e.api_key == "sk-for-11"
+
+
+def test_register_endpoint_removes_the_key_when_the_url_changes_and_says_so(monkeypatch):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    def register(url, **kw):
+        out = StringIO()
+        call_command("register_endpoint", name="gpu-a", backend="vllm", url=url, stdout=out, **kw)
+        return out.getvalue(), Endpoint.objects.get(name="gpu-a").api_key
+
+    monkeypatch.setenv("GPU_A_KEY", "sk-cmd-1")
+    assert register("http://127.0.0.1:8000", api_key_env="GPU_A_KEY")[1] == "sk-cmd-1"
+    out, key = register("http://127.0.0.1:8000")  # an update that gives no key keeps it
+    assert key == "sk-cmd-1" and "removed" not in out
+    out, key = register("http://127.0.0.1:8001")
+    assert key == "" and "the stored API key was removed" in out
+    with pytest.raises(CommandError, match="NOT_SET_ANYWHERE is not set"):
+        register("http://127.0.0.1:8001", api_key_env="NOT_SET_ANYWHERE")
+

@@ -2,7 +2,9 @@ import os
 
 from django.core.management.base import BaseCommand, CommandError
 
+from benchmarks.engine import backends
 from benchmarks.models import Endpoint, Host, Model, Variant, endpoint_url_problem
+from benchmarks.services import endpoint_api_key
 
 
 class Command(BaseCommand):
@@ -11,7 +13,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True)
         parser.add_argument("--url", required=True, help="server root, e.g. http://gpu1:8000")
-        parser.add_argument("--backend", choices=[b for b, _ in Endpoint.BACKENDS], required=True)
+        parser.add_argument("--backend", choices=backends.names(), required=True)
         parser.add_argument("--host", default="localhost", help="host name (created if new)")
         parser.add_argument("--served-model", default="", help="id in /v1/models (blank: the only one)")
         parser.add_argument("--model", default="", help="base model, e.g. DeepSeek-R1-Distill-Qwen-7B")
@@ -19,7 +21,9 @@ class Command(BaseCommand):
         parser.add_argument("--quantization", default="other", choices=[q for q, _ in Variant.QUANTIZATIONS])
         parser.add_argument("--size-bytes", type=int, default=None)
         parser.add_argument("--launch-command", default="")
-        parser.add_argument("--api-key-env", default="", help="name of an environment variable holding the key")
+        parser.add_argument("--api-key-env", default="",
+                            help="name of an environment variable holding the key; without it an update "
+                                 "keeps the stored key, unless --url changes (then the key is removed)")
 
     def handle(self, *args, **o):
         problem = endpoint_url_problem(o["url"])
@@ -32,8 +36,17 @@ class Command(BaseCommand):
             variant, _ = Variant.objects.update_or_create(
                 model=model, name=o["variant"] or o["quantization"],
                 defaults={"quantization": o["quantization"], "size_bytes": o["size_bytes"]})
-        api_key = os.environ.get(o["api_key_env"], "") if o["api_key_env"] else ""
+        typed = ""
+        if o["api_key_env"]:
+            typed = os.environ.get(o["api_key_env"], "")
+            if not typed:
+                raise CommandError(f"--api-key-env: the environment variable {o['api_key_env']} is not set")
+        existing = Endpoint.objects.filter(name=o["name"]).first()
+        api_key, note = endpoint_api_key(stored=existing.api_key if existing else "", typed=typed,
+                                         old_url=existing.base_url if existing else "", new_url=o["url"])
         endpoint, created = Endpoint.objects.update_or_create(name=o["name"], defaults=dict(
             host=host, backend=o["backend"], base_url=o["url"], model_name=o["served_model"],
             variant=variant, launch_command=o["launch_command"], api_key=api_key, enabled=True))
         self.stdout.write(f"{'Registered' if created else 'Updated'} endpoint {endpoint.name} -> {endpoint.base_url}")
+        if note:
+            self.stdout.write(self.style.WARNING(note))
