@@ -236,7 +236,7 @@ def _evidence_row(level: LevelResult) -> Evidence | None:
         id=f"level-{level.pk}", candidate=candidate.key, kind="measured", label=label, gpu_name=gpu.name,
         compute_capability=parse_cc(gpu.compute_capability), concurrency=level.concurrency,
         prompt_tokens=run.prompt_tokens, output_tokens=run.output_tokens,
-        url=f"{run.get_absolute_url()}#level-{level.pk}", host_id=str(endpoint.host_id),
+        url=f"{run.get_absolute_url()}#level-{level.public_id}", host_id=str(endpoint.host_id),
         ttft_p50_ms=_stat(s, "ttft_ms", "p50"), ttft_p90_ms=_stat(s, "ttft_ms", "p90"),
         tpot_p50_ms=_stat(s, "tpot_ms", "p50"), decode_tok_s=_stat(s, "decode_tok_s", "p50"),
         aggregate_tok_s=_number(s.get("aggregate_tok_s")) if isinstance(s, dict) else None,
@@ -381,7 +381,7 @@ def measure_next_links(result: dict) -> list[dict]:
         url = None
         if endpoints and levels:
             url = reverse("run-new") + "?" + urlencode(
-                [("endpoints", e.pk) for e in endpoints]
+                [("endpoints", e.name) for e in endpoints]  # names: the page is public, ids are not
                 + [("concurrency_levels", ",".join(map(str, levels))), ("prompt_tokens", s["prompt_tokens"]),
                    ("output_tokens", s["output_tokens"]), ("title", title)])
         out.append({**s, "label": label, "levels": levels, "endpoints": endpoints, "url": url,

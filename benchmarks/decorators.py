@@ -17,6 +17,13 @@ def permalink(view):
     return wrapper
 
 
+def hides_addresses(request) -> bool:
+    """Whether this reader of a permalink is kept from the endpoints' base URLs and launch
+    commands: anonymous readers are, unless PUBLIC_SHOW_ENDPOINT_ADDRESSES is on. Members see
+    them (and who queued a run, which anonymous readers never see)."""
+    return not request.user.is_authenticated and not settings.PUBLIC_SHOW_ENDPOINT_ADDRESSES
+
+
 def api_login_required(view):
     """Like login_required, but a JSON 401 with the reason instead of a redirect."""
 

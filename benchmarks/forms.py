@@ -62,9 +62,8 @@ class RunForm(forms.Form):
     seed = forms.IntegerField(required=False, min_value=0, max_value=2**63 - 1,
                               help_text="Optional: makes the random prompts repeatable.")
 
-    def __init__(self, *args, user=None, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.user = user
         self.fields["endpoints"].queryset = selectors.endpoints_for_runs()
         self.fields["prompt_tokens"].max_value = settings.MAX_TOKENS
         self.fields["prompt_tokens"].validators.append(_max(settings.MAX_TOKENS))
@@ -134,12 +133,7 @@ class RunForm(forms.Form):
             raise forms.ValidationError(
                 f"This run would send {total} requests (endpoints × levels × requests per level); "
                 f"the limit is {settings.MAX_REQUESTS_PER_RUN}.")
-        if self.user is not None and self.user.is_authenticated:
-            in_flight = selectors.runs_in_flight(self.user)
-            if in_flight >= settings.MAX_RUNS_IN_FLIGHT:
-                raise forms.ValidationError(
-                    f"You already have {in_flight} runs queued or running (the limit is "
-                    f"{settings.MAX_RUNS_IN_FLIGHT}); wait for one to finish or cancel one.")
+        # The runs-in-flight limit is checked by services.run_create, atomically with the insert.
         prompt, output = data.get("prompt_tokens"), data.get("output_tokens")
         if prompt and output and prompt + output > settings.MAX_TOKENS:
             raise forms.ValidationError(

@@ -295,6 +295,7 @@ class LevelResult(models.Model):
     """One endpoint at one load level: aggregates from engine.metrics.summarize_level, the
     client's own load, validity flags and the GPU / server time series on the same clock."""
 
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
     run = models.ForeignKey(Run, models.CASCADE, related_name="levels")
     endpoint = models.ForeignKey(Endpoint, models.PROTECT, related_name="levels")
     level_index = models.PositiveSmallIntegerField(default=0)

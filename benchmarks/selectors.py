@@ -1,5 +1,13 @@
-"""Selectors read: what pages, charts and exports show."""
+"""Selectors read: what pages, charts and exports show.
+
+Public pages (permalinks, their charts and exports) name endpoints by name and levels by their
+public id, never by database id; with `hide_addresses` (anonymous readers, see
+decorators.hides_addresses) they carry no base URL, host:port or launch command either."""
 from __future__ import annotations
+
+import re
+from typing import Callable
+from urllib.parse import urlsplit
 
 from django.db.models import QuerySet
 
@@ -24,24 +32,79 @@ def run_levels(run: Run) -> list[LevelResult]:
                 .defer("gpu_series", "server_series"))
 
 
-def run_failures(run: Run, *, limit: int = 200) -> list[RequestRecord]:
-    return list(RequestRecord.objects.filter(level__run=run).exclude(error="")
-                .select_related("level__endpoint").order_by("level__endpoint__name", "level__concurrency", "index")
-                .defer("chunk_times")[:limit])
+def run_cancel_allowed(run: Run, user) -> bool:
+    """Who may cancel a run: the member who queued it, or staff."""
+    return user.is_authenticated and (user.is_staff or run.owner_id == user.pk)
+
+
+ADDRESS_HIDDEN = "[address hidden]"
+
+
+def address_hider(endpoints, hide: bool = True) -> Callable:
+    """A function that blanks the endpoints' addresses (base URL, host:port, and a host name
+    with a dot or an IP address) in a string, or in the strings of nested lists and dicts:
+    error texts and server notes quote the URL they failed on. Identity when not `hide`."""
+    if not hide:
+        return lambda value: value
+    texts = set()
+    for e in endpoints:
+        parts = urlsplit(e.base_url)
+        texts |= {e.base_url.rstrip("/"), parts.netloc}
+        if parts.hostname and ("." in parts.hostname or ":" in parts.hostname):
+            texts.add(parts.hostname)
+    texts.discard("")
+    if not texts:
+        return lambda value: value
+    pattern = re.compile(r"(?<![\w.-])(?:%s)(?![\w-])" % "|".join(
+        re.escape(t) for t in sorted(texts, key=len, reverse=True)), re.IGNORECASE)
+
+    def blank(value):
+        if isinstance(value, str):
+            return pattern.sub(ADDRESS_HIDDEN, value)
+        if isinstance(value, (list, tuple)):
+            return [blank(v) for v in value]
+        if isinstance(value, dict):
+            return {k: blank(v) for k, v in value.items()}
+        return value
+
+    return blank
+
+
+def run_failures(run: Run, *, limit: int = 200, hide_addresses: bool = False) -> list[RequestRecord]:
+    records = list(RequestRecord.objects.filter(level__run=run).exclude(error="")
+                   .select_related("level__endpoint").order_by("level__endpoint__name", "level__concurrency", "index")
+                   .defer("chunk_times")[:limit])
+    if hide_addresses:
+        blank = address_hider(run.endpoints.all())
+        for r in records:
+            r.error = blank(r.error)
+    return records
+
+
+def run_error(run: Run, *, hide_addresses: bool = False) -> str:
+    return address_hider(run.endpoints.all(), hide_addresses)(run.error) if run.error else ""
 
 
 def run_failure_count(run: Run) -> int:
     return RequestRecord.objects.filter(level__run=run).exclude(error="").count()
 
 
-def run_preflight(run: Run) -> list[tuple[Endpoint, list[dict]]]:
+def run_preflight(run: Run, *, hide_addresses: bool = False) -> list[tuple[Endpoint, list[dict]]]:
+    # Stored by endpoint id (internal); shown by endpoint.
     endpoints = {str(e.id): e for e in run.endpoints.all()}
-    return [(endpoints[k], v) for k, v in run.preflight.items() if k in endpoints]
+    blank = address_hider(endpoints.values(), hide_addresses)
+    return [(endpoints[k], blank(v)) for k, v in run.preflight.items() if k in endpoints]
 
 
-def run_server_config(run: Run) -> list[tuple[Endpoint, dict]]:
+def run_server_config(run: Run, *, hide_addresses: bool = False) -> list[tuple[Endpoint, dict]]:
     endpoints = {str(e.id): e for e in run.endpoints.all()}
-    return [(endpoints[k], v) for k, v in run.server_config.items() if k in endpoints]
+    blank = address_hider(endpoints.values(), hide_addresses)
+    return [(endpoints[k], blank(v)) for k, v in run.server_config.items() if k in endpoints]
+
+
+def endpoint_ids_by_name(names: list[str]) -> list[int]:
+    """The ids of the enabled endpoints with these names (links that pre-fill the run form)."""
+    return list(Endpoint.objects.filter(enabled=True, name__in=names[:100]).values_list("id", flat=True))
 
 
 def endpoints_for_runs() -> QuerySet[Endpoint]:
@@ -60,7 +123,7 @@ def endpoint_gpu(endpoint: Endpoint) -> tuple[str | None, int]:
 
 def level_point(level: LevelResult) -> dict:
     s = level.summary
-    return {"id": level.id, "concurrency": level.concurrency if level.rate is None else None, "rate": level.rate,
+    return {"id": level.public_id, "concurrency": level.concurrency if level.rate is None else None, "rate": level.rate,
             "label": level.load_label, "ttft_p50": (s.get("ttft_ms") or {}).get("p50"),
             "ttft_p90": (s.get("ttft_ms") or {}).get("p90"), "ttft_p99": (s.get("ttft_ms") or {}).get("p99"),
             "tpot_p50": (s.get("tpot_ms") or {}).get("p50"), "decode_tok_s": (s.get("decode_tok_s") or {}).get("p50"),
@@ -181,30 +244,39 @@ def telemetry_levels(run: Run, field: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------- export
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: endpoints keyed by name, levels by public id (1 used database ids)
 REQUEST_FIELDS = ("index", "sent", "scheduled", "first_content", "first_answer", "end", "prompt_tokens",
                   "output_tokens", "client_output_tokens", "finish_reason", "status_code", "error", "error_kind")
 
 
-def run_export(run: Run) -> dict:
+def run_export(run: Run, *, hide_addresses: bool = False) -> dict:
     """Everything about a run as one JSON document: configuration, servers, levels with their
-    telemetry, and every request (chunk times included). Never the endpoints' API keys."""
+    telemetry, and every request (chunk times included). Endpoints are keyed by name, levels
+    carry their public id. Never the endpoints' API keys; with `hide_addresses`, no base URL,
+    launch command or flags, and addresses blanked in errors and server notes."""
     levels = list(run.levels.select_related("endpoint__host", "endpoint__variant__model").order_by(
         "endpoint__name", "level_index"))
+    run_endpoints = list(run.endpoints.select_related("host", "variant__model"))
+    blank = address_hider(run_endpoints, hide_addresses)
     records: dict[int, list] = {lv.id: [] for lv in levels}
     for rec in RequestRecord.objects.filter(level__run=run).order_by("level_id", "index").values(
             "level_id", "chunk_times", "timings", *REQUEST_FIELDS):
+        if rec["error"] and hide_addresses:
+            rec["error"] = blank(rec["error"])
         records[rec.pop("level_id")].append(rec)
     endpoints = {}
-    for e in run.endpoints.select_related("host", "variant__model"):
-        endpoints[str(e.id)] = {"name": e.name, "backend": e.backend, "base_url": e.base_url,
-                                "model_name": e.model_name, "host": e.host.name,
-                                "variant": str(e.variant) if e.variant else None,
-                                "quantization": e.variant.quantization if e.variant else None,
-                                "engine_version": e.engine_version, "launch_command": e.launch_command,
-                                "launch_flags": e.launch_flags, "tensor_parallel_size": e.tensor_parallel_size,
-                                "server_config": run.server_config.get(str(e.id)),
-                                "preflight": run.preflight.get(str(e.id))}
+    for e in run_endpoints:
+        endpoints[e.name] = {"name": e.name, "backend": e.backend,
+                             "base_url": None if hide_addresses else e.base_url,
+                             "model_name": e.model_name, "host": e.host.name,
+                             "variant": str(e.variant) if e.variant else None,
+                             "quantization": e.variant.quantization if e.variant else None,
+                             "engine_version": e.engine_version,
+                             "launch_command": None if hide_addresses else e.launch_command,
+                             "launch_flags": None if hide_addresses else e.launch_flags,
+                             "tensor_parallel_size": e.tensor_parallel_size,
+                             "server_config": blank(run.server_config.get(str(e.id))),
+                             "preflight": blank(run.preflight.get(str(e.id)))}
     return {
         "format": "v100site-run", "version": EXPORT_VERSION, "public_id": run.public_id, "title": run.title,
         "status": run.status, "created": run.created.isoformat(),
@@ -215,7 +287,7 @@ def run_export(run: Run) -> dict:
             "request_rates", "arrivals", "max_concurrency", "requests_per_level", "duration_s",
             "warmup_requests", "seed")} | {"slo": run.slo},
         "flags": run.flags, "endpoints": endpoints,
-        "levels": [{"endpoint": str(lv.endpoint_id), "level_index": lv.level_index, "load": lv.load_label,
+        "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "load": lv.load_label,
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),
                     "wall_s": lv.wall_s, "summary": lv.summary, "client": lv.client, "flags": lv.flags,
                     "gpu_summary": lv.gpu_summary, "gpu_series": lv.gpu_series,
@@ -224,10 +296,12 @@ def run_export(run: Run) -> dict:
     }
 
 
-def run_requests_csv(run: Run) -> str:
+def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:
     import csv
     import io
 
+    blank = address_hider(run.endpoints.all(), hide_addresses)
+    error_at = REQUEST_FIELDS.index("error")
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["endpoint", "load", *REQUEST_FIELDS, "ttft_ms", "tpot_ms", "e2e_ms", "server_decode_tok_s"])
@@ -237,7 +311,9 @@ def run_requests_csv(run: Run) -> str:
         for row in rows:
             r = results[row[0]]
             timings = row[-1] or {}
-            writer.writerow([level.endpoint.name, level.load_label, *row[:-1],
+            fields = list(row[:-1])
+            fields[error_at] = blank(fields[error_at])
+            writer.writerow([level.endpoint.name, level.load_label, *fields,
                              *(None if v is None else round(v * 1000, 3) for v in (r.ttft, r.tpot, r.e2e)),
                              timings.get("predicted_per_second")])
     return out.getvalue()

@@ -26,21 +26,44 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
                duration_s: float | None = None, api: str = "completions", seed: int | None = None,
                slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
                slo_e2e_ms: float | None = None) -> Run:
+    """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
+    queued or running: counted and inserted in one transaction that holds the owner's row."""
     levels = request_rates if load_mode == "rate" else concurrency_levels
-    run = Run.objects.create(
-        owner=owner, title=title, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-        temperature=temperature, load_mode=load_mode,
-        concurrency_levels=sorted(set(concurrency_levels)) if load_mode == "concurrency" else [],
-        request_rates=sorted(set(request_rates)) if load_mode == "rate" else [],
-        arrivals=arrivals, max_concurrency=max_concurrency or 0, duration_s=duration_s,
-        requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
-        slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
-        progress_total=len(endpoints) * len(set(levels)) * requests_per_level,
-        queue_name=queue_for(endpoints),
-    )
-    run.endpoints.set(endpoints)
-    transaction.on_commit(lambda: _enqueue(run))
+    with transaction.atomic():
+        _check_runs_in_flight(owner)
+        run = Run.objects.create(
+            owner=owner, title=title, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+            temperature=temperature, load_mode=load_mode,
+            concurrency_levels=sorted(set(concurrency_levels)) if load_mode == "concurrency" else [],
+            request_rates=sorted(set(request_rates)) if load_mode == "rate" else [],
+            arrivals=arrivals, max_concurrency=max_concurrency or 0, duration_s=duration_s,
+            requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
+            slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
+            progress_total=len(endpoints) * len(set(levels)) * requests_per_level,
+            queue_name=queue_for(endpoints),
+        )
+        run.endpoints.set(endpoints)
+        transaction.on_commit(lambda: _enqueue(run))
     return run
+
+
+def _check_runs_in_flight(owner) -> None:
+    """Inside the transaction that inserts the run: lock the owner's row (SELECT ... FOR UPDATE)
+    so that one member's submissions are counted and inserted one after another; parallel
+    submissions can then never pass the limit together."""
+    from django.contrib.auth import get_user_model
+    from django.core.exceptions import ValidationError
+
+    from benchmarks.selectors import runs_in_flight
+
+    if owner is None:
+        return
+    get_user_model().objects.select_for_update().only("pk").get(pk=owner.pk)
+    in_flight = runs_in_flight(owner)
+    if in_flight >= settings.MAX_RUNS_IN_FLIGHT:
+        raise ValidationError(
+            f"You already have {in_flight} runs queued or running (the limit is "
+            f"{settings.MAX_RUNS_IN_FLIGHT}); wait for one to finish or cancel one.", code="runs_in_flight")
 
 
 def _enqueue(run: Run) -> None:
@@ -125,7 +148,8 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
                 server_identity(session.client, endpoint.base_url, endpoint.backend))
             Run.objects.filter(id=run.id).update(server_config=run.server_config)
             _note(run, f"{endpoint.name}: building prompts and warming up")
-            step(session.prepare(preflight.model))
+            run.preflight[str(endpoint.id)].append(step(session.prepare(preflight.model)).to_dict())
+            Run.objects.filter(id=run.id).update(preflight=run.preflight)
         gpu_indices, gpu_note = _gpus_to_sample(endpoint)
         for index, load in enumerate(loads):
             if index in done_levels:
@@ -199,8 +223,7 @@ class RunMonitor:
                 alive = Run.objects.filter(id=self.run_id, status=Run.RUNNING).update(
                     heartbeat=now, progress_done=self.base + self.count)
                 if not alive:
-                    self.stop_reason = "cancelled"
-                    self._stop.set()
+                    self.stop_reason = "cancelled"  # MUTANT
                 elif (now - self.started).total_seconds() > settings.RUN_TIME_LIMIT_S:
                     self.stop_reason = "time limit"
                     self._stop.set()

@@ -1,11 +1,12 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse, JsonResponse
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from benchmarks import selectors, services
-from benchmarks.decorators import permalink
+from benchmarks.decorators import hides_addresses, permalink
 from benchmarks.engine.metrics import METRIC_DEFINITIONS
 from benchmarks.forms import ComparisonForm, ImportForm, RunForm
 from benchmarks.models import Run
@@ -26,11 +27,15 @@ def run_list(request):
 @login_required
 def run_new(request):
     # GET parameters pre-fill the form ("measure this next" links from the decision page).
-    form = RunForm(request.POST or None, initial=_prefill(request.GET), user=request.user)
+    form = RunForm(request.POST or None, initial=_prefill(request.GET))
     if request.method == "POST" and form.is_valid():
-        run = services.run_create(owner=request.user, **form.cleaned_data)
-        messages.success(request, "Run queued. This page updates as it progresses.")
-        return redirect(run)
+        try:
+            run = services.run_create(owner=request.user, **form.cleaned_data)
+        except ValidationError as exc:  # the runs-in-flight limit, checked as the run is inserted
+            form.add_error(None, exc)
+        else:
+            messages.success(request, "Run queued. This page updates as it progresses.")
+            return redirect(run)
     return render(request, "benchmarks/run_new.html",
                   {"form": form, "has_endpoints": form.fields["endpoints"].queryset.exists()})
 
@@ -38,7 +43,8 @@ def run_new(request):
 def _prefill(params) -> dict:
     initial = {k: params[k] for k in ("title", "prompt_tokens", "output_tokens", "concurrency_levels",
                                       "request_rates", "load_mode", "requests_per_level") if params.get(k)}
-    endpoints = [e for e in params.getlist("endpoints") if e.isdigit()]
+    # Endpoints by name: these links are shown on public pages, which carry no database ids.
+    endpoints = selectors.endpoint_ids_by_name(params.getlist("endpoints"))
     if endpoints:
         initial["endpoints"] = endpoints
     return initial
@@ -47,13 +53,17 @@ def _prefill(params) -> dict:
 @permalink
 def run_detail(request, public_id: str):
     run = _run_or_404(public_id)
+    hide = hides_addresses(request)
     return render(request, "benchmarks/run_detail.html", {
         "run": run,
         "levels": selectors.run_levels(run),
-        "failures": selectors.run_failures(run),
+        "failures": selectors.run_failures(run, hide_addresses=hide),
         "failure_count": selectors.run_failure_count(run),
-        "preflight": selectors.run_preflight(run),
-        "server_config": selectors.run_server_config(run),
+        "preflight": selectors.run_preflight(run, hide_addresses=hide),
+        "server_config": selectors.run_server_config(run, hide_addresses=hide),
+        "run_error": selectors.run_error(run, hide_addresses=hide),
+        "hide_addresses": hide,
+        "can_cancel": selectors.run_cancel_allowed(run, request.user),
         "definitions": METRIC_DEFINITIONS,
         "chart_list": _chart_list(run),
     })
@@ -82,6 +92,9 @@ def run_progress(request, public_id: str):
 @require_POST
 def run_cancel(request, public_id: str):
     run = _run_or_404(public_id)
+    if not selectors.run_cancel_allowed(run, request.user):
+        return HttpResponseForbidden("Only the member who queued this run, or a staff member, can cancel it.",
+                                     content_type="text/plain; charset=utf-8")
     if services.run_cancel(run=run):
         messages.info(request, "Run cancelled; requests in flight stop within seconds.")
     else:
@@ -109,7 +122,7 @@ def _chart(run: Run, name: str, params) -> dict | None:
         return charts.distribution_figure(f"{title} per level", "ms", groups)
     if name == "timeline":
         levels = selectors.run_levels_with_endpoint(run)
-        level = next((lv for lv in levels if str(lv.id) == params.get("level")), levels[0] if levels else None)
+        level = next((lv for lv in levels if lv.public_id == params.get("level")), levels[0] if levels else None)
         if level is None:
             return None
         requests = [{"index": r.index, "sent": r.sent, "ttft": r.ttft, "e2e": r.e2e,
@@ -144,7 +157,8 @@ def _csv_response(text: str, filename: str) -> HttpResponse:
 @permalink
 def run_export(request, public_id: str):
     run = _run_or_404(public_id)
-    response = JsonResponse(selectors.run_export(run), json_dumps_params={"indent": 1})
+    response = JsonResponse(selectors.run_export(run, hide_addresses=hides_addresses(request)),
+                            json_dumps_params={"indent": 1})
     response["Content-Disposition"] = f'attachment; filename="run-{run.public_id}.json"'
     return response
 
@@ -152,7 +166,8 @@ def run_export(request, public_id: str):
 @permalink
 def run_requests_csv(request, public_id: str):
     run = _run_or_404(public_id)
-    return _csv_response(selectors.run_requests_csv(run), f"run-{run.public_id}-requests.csv")
+    return _csv_response(selectors.run_requests_csv(run, hide_addresses=hides_addresses(request)),
+                         f"run-{run.public_id}-requests.csv")
 
 
 # ---------------------------------------------------------------- imported reports

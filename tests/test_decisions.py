@@ -221,8 +221,8 @@ def test_evidence_links_on_the_page_point_at_run_permalinks(member):
     page = r.content.decode()
     levels = LevelResult.objects.filter(run=run, concurrency=8)
     for level in levels:
-        href = f'href="{run.get_absolute_url()}#level-{level.pk}"'
-        assert href in page
+        href = f'href="{run.get_absolute_url()}#level-{level.public_id}"'  # never the database id
+        assert href in page and f"#level-{level.pk}\"" not in page
     assert "H200 sweep · h200-vllm-fp8 · 8 concurrent" in page
     # The link opens the run.
     assert member.get(urlsplit(f"{run.get_absolute_url()}#level-1").path).status_code == 200

@@ -30,7 +30,7 @@ def test_a_member_states_a_workload_and_shares_the_recommendation(browser, live_
     assert page.locator("#confidence").inner_text() == "confidence: low"
     assert page.locator("#copy-link").is_visible()
     page.click("#copy-link")
-    page.wait_for_function("document.getElementById('copy-status').textContent !== ''")
+    page.wait_for_function("() => document.getElementById('copy-status').textContent !== ''")
     permalink = page.input_value("#permalink")
     assert permalink == live_server.url + Decision.objects.get().get_absolute_url()
     if os.environ.get("DECISION_SCREENSHOTS"):

@@ -37,7 +37,7 @@ OTHER_READERS = {
     "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_VISIBLE_DEVICES",  # NVIDIA Container Toolkit
 }
 # Settings that only change how the web app serves pages: a worker needs none of them.
-WEB_ONLY = re.compile(r"^(HTTPS|BEHIND_TLS_PROXY|SECURE_|SESSION_COOKIE_|CSRF_COOKIE_|WHITENOISE_)")
+WEB_ONLY = re.compile(r"^(HTTPS|BEHIND_TLS_PROXY|SECURE_|SESSION_COOKIE_|CSRF_COOKIE_|WHITENOISE_|LOGIN_)")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -243,6 +243,19 @@ def test_team_settings_defaults():
     for name in APP_SERVICES[TEAM]:
         assert "secret_key" in services(TEAM)[name]["secrets"]
     assert load(TEAM)["secrets"]["secret_key"]["file"] == "./secrets/secret_key"
+
+
+def test_proxy_headers_are_believed_only_where_a_proxy_is_configured():
+    # No compose file puts a TLS proxy in front of gunicorn, so none turns on BEHIND_TLS_PROXY
+    # (trust in X-Forwarded-Proto and -For): passed from docker/.env only, default off.
+    for file, name, svc in all_services():
+        env = svc.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(item.partition("=")[::2] for item in env)
+        assert env.get("BEHIND_TLS_PROXY") is None, f"{file}:{name}"
+    assert 'BEHIND_TLS_PROXY = envbool("BEHIND_TLS_PROXY", "False")' in SETTINGS.read_text()
+    readme = README.read_text()
+    assert "BEHIND_TLS_PROXY=true" in readme and "WEB_BIND=127.0.0.1" in readme
 
 
 def test_llamacpp_runs_the_writeup_flags_with_metrics():

@@ -24,13 +24,13 @@ def test_a_logged_out_colleague_opens_a_run_and_every_chart_draws(page, live_ser
     assert "Log in" in page.locator("header").inner_text()  # not logged in
     charts = page.locator(".chart")
     assert charts.count() == 6
-    page.wait_for_function("[...document.querySelectorAll('.chart')].every(c => c.dataset.drawn === 'true')",
+    page.wait_for_function("() => [...document.querySelectorAll('.chart')].every(c => c.dataset.drawn === 'true')",
                            timeout=30000)
     assert page.locator("#chart-throughput .main-svg").count() >= 1
     assert page.locator("#chart-timeline .table-holder tr").count() > 1
     # Another level in the timeline redraws it.
     page.select_option("#chart-timeline select", index=1)
-    page.wait_for_function("document.querySelector('#chart-timeline .gtitle').textContent.includes('8 concurrent')")
+    page.wait_for_function("() => document.querySelector('#chart-timeline .gtitle').textContent.includes('8 concurrent')")
     with page.expect_download() as download:
         page.click("#chart-throughput a.csv")
     text = Path(download.value.path()).read_text()
@@ -55,7 +55,7 @@ def test_an_imported_vllm_result_shows_up_in_a_comparison(page, live_server):
     page.click("button:has-text('Compare')")
     page.wait_for_selector("#series")
     assert "vLLM FP8 from bench serve" in page.locator("#series").inner_text()
-    page.wait_for_function("document.querySelector('.chart').dataset.drawn === 'true'")
+    page.wait_for_function("() => document.querySelector('.chart').dataset.drawn === 'true'")
     permalink = page.url
     assert page.js_errors == []
     # The comparison's permalink opens for a logged-out colleague.

@@ -44,7 +44,7 @@ def test_distribution_chart_values_come_from_the_stored_requests(client):
 def test_the_timeline_level_is_chosen_by_parameter(client):
     run = measured_run([endpoint()], levels=(1, 8))
     level8 = run.levels.get(concurrency=8)
-    assert "8 concurrent" in chart(client, run, "timeline", level=level8.id).json()["layout"]["title"]["text"]
+    assert "8 concurrent" in chart(client, run, "timeline", level=level8.public_id).json()["layout"]["title"]["text"]
 
 
 def test_an_unknown_chart_is_404(client):

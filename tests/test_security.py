@@ -221,3 +221,401 @@ def test_register_endpoint_removes_the_key_when_the_url_changes_and_says_so(monk
     with pytest.raises(CommandError, match="NOT_SET_ANYWHERE is not set"):
         register("http://127.0.0.1:8001", api_key_env="NOT_SET_ANYWHERE")
 
+
+# --- who may cancel --------------------------------------------------------------------------
+
+def test_only_the_owner_or_staff_can_cancel_a_run(client):
+    from benchmarks.models import Run as R
+
+    owner, other = user("owner"), user("other")
+    e = endpoint()
+    runs = [R.objects.create(owner=owner, prompt_tokens=8, output_tokens=8, temperature=0.7,
+                             concurrency_levels=[1], requests_per_level=1, warmup_requests=0) for _ in range(3)]
+    cancel = [reverse("run-cancel", args=[r.public_id]) for r in runs]
+    for r in runs:
+        r.endpoints.set([e])
+    client.post(cancel[0])  # anonymous: to the login page
+    assert R.objects.get(id=runs[0].id).status == R.QUEUED
+    client.force_login(other)
+    page = client.get(runs[0].get_absolute_url()).content.decode()
+    assert "Cancel run" not in page
+    r = client.post(cancel[0])
+    assert r.status_code == 403 and "Only the member who queued this run" in r.content.decode()
+    assert R.objects.get(id=runs[0].id).status == R.QUEUED
+    R.objects.filter(id=runs[1].id).update(status=R.RUNNING)
+    assert client.post(cancel[1]).status_code == 403
+    assert R.objects.get(id=runs[1].id).status == R.RUNNING
+    client.force_login(owner)
+    assert "Cancel run" in client.get(runs[0].get_absolute_url()).content.decode()
+    assert client.post(cancel[0]).status_code == 302
+    assert R.objects.get(id=runs[0].id).status == R.CANCELLED
+    client.force_login(user("root", staff=True))
+    assert client.post(cancel[1]).status_code == 302
+    assert R.objects.get(id=runs[1].id).status == R.CANCELLED
+
+
+# --- the runs-in-flight limit under parallel submissions -------------------------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_submissions_never_pass_the_runs_in_flight_limit(settings):
+    """20 submissions of one member at once, each from its own thread and database connection,
+    against a limit of 5: exactly 5 runs, and exactly 5 tasks on the broker."""
+    import threading
+
+    from django.db import connection
+    from django.test import Client
+
+    from v100site.celery import app
+
+    settings.MAX_RUNS_IN_FLIGHT = 5
+    queue = f"test-in-flight-{os.getpid()}"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue  # nothing consumes it: count what arrived
+    e = endpoint()
+    member = user()
+    start = threading.Barrier(20)
+    answers = []
+
+    def submit():
+        c = Client(raise_request_exception=False)
+        c.force_login(member)
+        try:
+            start.wait(60)
+            r = c.post(reverse("run-new"), run_form([e]))
+            answers.append((r.status_code, r.content.decode()))
+        except Exception as exc:  # reported below with the others
+            answers.append((0, repr(exc)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=submit) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        codes = sorted(code for code, _ in answers)
+        assert codes == [200] * 15 + [302] * 5, [text[-300:] for code, text in answers if code not in (200, 302)]
+        assert all("runs queued or running (the limit is 5)" in text for code, text in answers if code == 200)
+        assert Run.objects.filter(owner=member).count() == 5
+        with app.connection_for_write() as conn:
+            assert conn.default_channel.queue_declare(queue, passive=True).message_count == 5
+    finally:
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)
+
+
+# --- login throttling ------------------------------------------------------------------------
+
+def login(client, username="alice", password="pw-for-tests-1", path=None, **extra):
+    return client.post(path or reverse("login"), {"username": username, "password": password}, **extra)
+
+
+def logged_in(client) -> bool:
+    return "_auth_user_id" in client.session
+
+
+def test_wrong_passwords_lock_that_login_for_a_while_then_it_opens_again(client, settings):
+    import time
+    from datetime import timedelta
+
+    settings.AXES_FAILURE_LIMIT = 3
+    settings.AXES_COOLOFF_TIME = timedelta(seconds=2)
+    user(), user("bob")
+    for _ in range(2):
+        r = login(client, password="wrong")
+        assert r.status_code == 200 and "Please enter a correct username and password" in r.content.decode()
+    assert login(client, password="wrong").status_code == 429  # the third: locked
+    r = login(client)  # the right password, refused
+    assert r.status_code == 429 and not logged_in(client)
+    page = r.content.decode()
+    assert "3 wrong passwords in a row" in page and "refused, even with the right password" in page
+    assert "alice" in page and "minutes" in page
+    assert login(client, path=reverse("admin:login")).status_code == 429  # the admin's login too
+    assert not logged_in(client)
+    # The lockout is for this user name from this address: others still log in.
+    assert login(client, "bob").status_code == 302 and logged_in(client)
+    client.logout()
+    assert login(client, REMOTE_ADDR="10.9.8.7").status_code == 302 and logged_in(client)
+    client.logout()
+    # A client-sent X-Forwarded-For does not make another address (no proxy is configured).
+    assert login(client, HTTP_X_FORWARDED_FOR="10.1.1.1").status_code == 429
+    time.sleep(2.2)  # the lockout ends (the last refused try restarted it)
+    assert login(client).status_code == 302 and logged_in(client)
+
+
+def test_a_successful_login_clears_the_count(client, settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    user()
+    for _ in range(4):
+        for _ in range(2):
+            assert login(client, password="wrong").status_code == 200
+        assert login(client).status_code == 302 and logged_in(client)
+        client.logout()
+
+
+def test_behind_a_configured_proxy_the_address_is_the_one_it_appended(settings):
+    from django.test import RequestFactory
+
+    from v100site.security import client_ip
+
+    request = RequestFactory().get("/", REMOTE_ADDR="172.18.0.1", HTTP_X_FORWARDED_FOR="6.6.6.6, 203.0.113.9")
+    assert client_ip(request) == "172.18.0.1"
+    settings.BEHIND_TLS_PROXY = True
+    assert client_ip(request) == "203.0.113.9"
+    assert client_ip(RequestFactory().get("/", REMOTE_ADDR="172.18.0.1")) == "172.18.0.1"
+
+
+# --- what anonymous readers of permalinks see --------------------------------------------------
+
+def measured_through_the_engine(simulator, owner):
+    """A run measured by the real engine (services.run_execute, in this process) on two simulated
+    servers on an H200 host: a vLLM whose /version fails (its server notes quote the URL) and a
+    llama.cpp whose every third request fails; both need the API key."""
+    from benchmarks import services
+    from benchmarks.models import Gpu, Host
+
+    host = Host.objects.create(name="h200-lab", hostname="gpu7.lab.internal")
+    Gpu.objects.create(host=host, index=0, name="NVIDIA H200", memory_total_mib=143771, compute_capability="9.0")
+    vllm = simulator(dialect="vllm", api_key="sk-anon-check-1", fail_paths="/version=500", decode_ms=2)
+    llama = simulator(dialect="llamacpp", api_key="sk-anon-check-2", fault="http500", fault_every=3, decode_ms=2)
+    endpoints = [
+        endpoint(vllm.url, name="h200-vllm-fp8", backend="vllm", host=host.name, quantization="fp8_e4m3",
+                 api_key="sk-anon-check-1"),
+        endpoint(llama.url, name="h200-llama-q4", backend="llamacpp", host=host.name,
+                 quantization="gguf_q4_k_m", api_key="sk-anon-check-2"),
+    ]
+    for e, sim in zip(endpoints, (vllm, llama)):
+        e.launch_command = f"serve /srv/private-models/7b --port {sim.url.rsplit(':', 1)[1]} --secret-flag"
+        e.launch_flags = {"model-dir": "/srv/private-models"}
+        e.save()
+    run = Run.objects.create(owner=owner, title="public check", prompt_tokens=16, output_tokens=6,
+                             temperature=0.7, concurrency_levels=[1, 2], requests_per_level=6, warmup_requests=0,
+                             progress_total=24)
+    run.endpoints.set(endpoints)
+    services.run_execute(run_id=run.id)
+    run.refresh_from_db()
+    assert run.status == Run.PARTIAL and run.levels.count() == 4, (run.status, run.error)
+    return run, endpoints, host
+
+
+def public_urls(run, comparison, decision):
+    from benchmarks.views import CHARTS
+
+    urls = [run.get_absolute_url(), reverse("run-progress", args=[run.public_id]),
+            reverse("run-export", args=[run.public_id]), reverse("run-requests-csv", args=[run.public_id]),
+            comparison.get_absolute_url(), reverse("comparison-chart", args=[comparison.public_id, "json"]),
+            reverse("comparison-chart", args=[comparison.public_id, "csv"]), decision.get_absolute_url()]
+    for name in CHARTS:
+        for fmt in ("json", "csv"):
+            urls.append(reverse("run-chart", args=[run.public_id, name, fmt]))
+    for level in run.levels.all():
+        urls.append(reverse("run-chart", args=[run.public_id, "timeline", "json"]) + f"?level={level.public_id}")
+    return urls
+
+
+@pytest.mark.django_db(transaction=True)
+def test_anonymous_readers_see_no_owner_address_launch_command_key_or_database_id(client, simulator, settings):
+    import json
+    from urllib.parse import urlsplit
+
+    from benchmarks import decisions, services
+    from test_decisions import h200_inputs
+
+    owner = user("owner-zq7")
+    run, endpoints, host = measured_through_the_engine(simulator, owner)
+    comparison = services.comparison_create(owner=owner, runs=[run], reports=[], title="cmp")
+    decision = decisions.decision_create(owner=owner, inputs=h200_inputs(host, users=4))
+    levels = list(run.levels.all())
+    secrets = ["owner-zq7", "sk-anon-check", "/srv/private-models", "--secret-flag", "gpu7.lab.internal"]
+    for e in endpoints:
+        secrets += [e.base_url, urlsplit(e.base_url).netloc]
+    pages = {}
+    for url in public_urls(run, comparison, decision):
+        r = client.get(url)
+        if r.status_code == 404:  # a chart this run has no data for (GPU, server)
+            continue
+        assert r.status_code == 200, url
+        pages[url] = r.content.decode()
+        for text in secrets:
+            assert text not in pages[url], (url, text)
+        for lv in levels:
+            assert f'level-{lv.pk}"' not in pages[url] and f'value="{lv.pk}"' not in pages[url], url
+            assert f"level={lv.pk}" not in pages[url], url
+        for e in endpoints:
+            assert f"endpoints%3D{e.pk}%26" not in pages[url] and f"endpoints={e.pk}&" not in pages[url], url
+        assert f"runs={run.id}" not in pages[url]
+    assert len(pages) >= 20
+    page = pages[run.get_absolute_url()]
+    # What the server notes and preflight said is there, its addresses blanked.
+    assert "[address hidden]" in page and "HTTP 500" in page and "h200-llama-q4" in page
+    for lv in levels:
+        assert f'id="level-{lv.public_id}"' in page and f'value="{lv.public_id}"' in page
+    export = json.loads(pages[reverse("run-export", args=[run.public_id])])
+    assert export["version"] == 2 and set(export["endpoints"]) == {"h200-vllm-fp8", "h200-llama-q4"}
+    assert {lv["endpoint"] for lv in export["levels"]} == set(export["endpoints"])
+    assert {lv["id"] for lv in export["levels"]} == {lv.public_id for lv in levels}
+    assert all(e["base_url"] is None and e["launch_command"] is None for e in export["endpoints"].values())
+    assert any(r["error"] for lv in export["levels"] for r in lv["requests"])
+    # The timeline is chosen by public id; a database id does not select a level.
+    chart = reverse("run-chart", args=[run.public_id, "timeline", "json"])
+    last = max(levels, key=lambda lv: (lv.endpoint.name, lv.level_index))
+    title = lambda q: client.get(chart + q).json()["layout"]["title"]["text"]  # noqa: E731
+    assert title(f"?level={last.public_id}") == f"Requests of {last.endpoint.name} at {last.load_label}"
+    assert title(f"?level={last.pk}") != title(f"?level={last.public_id}")
+    decision_page = pages[decision.get_absolute_url()]
+    assert f"#level-{levels[0].public_id}" in decision_page or f"#level-{levels[1].public_id}" in decision_page
+    assert "endpoints%3Dh200-" in decision_page  # "measure this next" links name endpoints
+
+    # Members see it all.
+    client.force_login(user())
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "owner-zq7" in page and "/srv/private-models" in page and urlsplit(endpoints[0].base_url).netloc in page
+    export = client.get(reverse("run-export", args=[run.public_id])).json()
+    assert export["endpoints"]["h200-vllm-fp8"]["base_url"] == endpoints[0].base_url
+    # A site may show addresses to everyone, never who queued a run.
+    client.logout()
+    settings.PUBLIC_SHOW_ENDPOINT_ADDRESSES = True
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "/srv/private-models" in page and "owner-zq7" not in page
+    assert "owner-zq7" not in client.get(decision.get_absolute_url()).content.decode()
+
+
+# --- proxies and the Content-Security-Policy ---------------------------------------------------
+
+PROBE = ("from django.test import Client; "
+         "r = Client().get('/accounts/login/', HTTP_X_FORWARDED_PROTO='https', SERVER_NAME='v100.example.org'); "
+         "print(r.status_code, r.get('Location', ''))")
+
+
+def production_get(**env) -> str:
+    env = {**{k: v for k, v in os.environ.items() if k != "BEHIND_TLS_PROXY"}, "DEPLOYMENT": "production",
+           "ALLOWED_HOSTS": "v100.example.org", "SECRET_KEY": "x" * 20 + "-a-long-random-production-key-0123456789",
+           **env}
+    out = subprocess.run([sys.executable, "manage.py", "shell", "-c", PROBE], capture_output=True, text=True,
+                         env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_x_forwarded_proto_is_believed_only_behind_a_configured_proxy(rf):
+    assert not rf.get("/", HTTP_X_FORWARDED_PROTO="https").is_secure()
+    # Production redirects plain http to https; a client's X-Forwarded-Proto does not skip that...
+    assert production_get() == "301 https://v100.example.org/accounts/login/"
+    # ...unless a proxy that sets the header is configured.
+    assert production_get(BEHIND_TLS_PROXY="true").startswith("200")
+
+
+def test_every_page_has_a_content_security_policy(client):
+    run = measured_run([endpoint()], levels=(1,), requests=2)
+    for url in (run.get_absolute_url(), reverse("login"), reverse("admin:login"),
+                reverse("run-chart", args=[run.public_id, "throughput", "json"])):
+        policy = client.get(url)["Content-Security-Policy"]
+        assert "script-src 'self';" in policy and "frame-ancestors 'none'" in policy
+        assert "'unsafe-eval'" not in policy and "object-src 'none'" in policy
+
+
+def test_templates_have_no_inline_scripts():
+    import re
+    from pathlib import Path
+
+    for path in (Path(__file__).parent.parent / "templates").rglob("*.html"):
+        text = path.read_text()
+        assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", text), path  # every script is a static file
+        assert not re.search(r"\son[a-z]+\s*=", text), path  # no inline event handlers
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_pages_work_under_the_content_security_policy(browser, live_server):
+    """The run page with every chart, the decision pages, the login page and the admin (its
+    list, change form with the GPU picker, and delete page) in chromium: no policy violation
+    reported, no console error, and the charts drawn."""
+    from conftest import log_in, watched
+    from test_results_browser import GPU, SERVER
+
+    from benchmarks import decisions
+
+    e = endpoint(name="llama", backend="llamacpp", quantization="gguf_q4_k_m")
+    run = measured_run([e], levels=(1, 8), requests=20, gpu=GPU, server=SERVER)
+    decision = decisions.decision_create(owner=user(), inputs={
+        "host": None, "gpu_name": "Tesla V100-PCIE-16GB", "compute_capability": "7.0", "vram_gib": 16.0,
+        "gpu_count": 1, "interconnect": "pcie", "model": None, "users": 8, "prompt_tokens": 512,
+        "output_tokens": 100, "context_tokens": 8192, "ttft_p90_ms": None, "tpot_ms": None,
+        "min_user_tok_s": None, "priority": "single_user_speed"})
+    context = browser.new_context()
+    context.add_init_script("window.cspViolations = []; document.addEventListener('securitypolicyviolation',"
+                            " e => window.cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));")
+    page = watched(context.new_page())
+    failed = []
+    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
+
+    def check(path, ready="body"):
+        page.goto(live_server.url + path)
+        page.wait_for_selector(ready)
+        assert page.evaluate("window.cspViolations") == [], path
+        assert page.js_errors == [] and failed == [], (path, page.js_errors, failed)
+
+    check(run.get_absolute_url(), "#chart-timeline")  # anonymous
+    page.wait_for_function("() => [...document.querySelectorAll('.chart')].every(c => c.dataset.drawn === 'true')",
+                           timeout=30000)
+    assert page.locator(".chart .main-svg").count() >= 6  # Plotly drew every chart
+    page.select_option("#chart-timeline select", index=1)
+    page.wait_for_function("() => document.querySelector('#chart-timeline .gtitle').textContent.includes('8 concurrent')")
+    check(decision.get_absolute_url(), "#recommendation")
+    page.click("#copy-link")
+    check(reverse("login"), "input[name=username]")
+    staff = user("root", staff=True)
+    log_in(page, live_server, reverse("decision-new"))
+    check(reverse("decision-new"), "#decision-form")
+    page.select_option("#id_host", index=0)
+    check(run.get_absolute_url(), ".chart")  # as a member
+    context.clear_cookies()
+    page.goto(live_server.url + reverse("admin:login"))
+    page.fill("input[name=username]", staff.username)
+    page.fill("input[name=password]", "pw-for-tests-1")
+    page.click("input[type=submit]")
+    for path, ready in ((reverse("admin:index"), "#content"),
+                        (reverse("admin:benchmarks_endpoint_changelist") + "?backend=llamacpp", "#result_list"),
+                        (reverse("admin:benchmarks_endpoint_change", args=[e.id]), "#id_gpus_from"),
+                        (reverse("admin:benchmarks_run_change", args=[run.id]), "#content"),
+                        (reverse("admin:benchmarks_host_add"), "#id_name"),
+                        (reverse("admin:benchmarks_endpoint_delete", args=[e.id]), "#content")):
+        check(path, ready)
+    context.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_levels_stored_before_public_ids_get_random_ones_and_saved_decisions_link_to_them():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    before, after = [("benchmarks", "0002_published_v100_reference")], [("benchmarks", "0003_levelresult_public_id")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    try:
+        old = MigrationExecutor(connection).loader.project_state(before).apps
+        host = old.get_model("benchmarks", "Host").objects.create(name="old-host", queue_name="host-old")
+        e = old.get_model("benchmarks", "Endpoint").objects.create(name="old", host=host, backend="vllm",
+                                                                   base_url="http://127.0.0.1:9")
+        run = old.get_model("benchmarks", "Run").objects.create(
+            public_id="old-run-public-id", prompt_tokens=8, output_tokens=8, temperature=0.7, requests_per_level=1,
+            warmup_requests=0)
+        levels = [old.get_model("benchmarks", "LevelResult").objects.create(
+            run=run, endpoint=e, level_index=i, concurrency=1, started_at=timezone.now(), wall_s=1.0, completed=1,
+            failed=0, summary={}) for i in range(3)]
+        evidence = [{"id": f"level-{lv.pk}", "url": f"/r/old-run-public-id/#level-{lv.pk}"} for lv in levels]
+        decision = old.get_model("benchmarks", "Decision").objects.create(
+            public_id="old-decision", inputs={}, result={"ranked": [{"evidence": evidence}], "note": "#level-x"})
+        executor = MigrationExecutor(connection)
+        executor.migrate(after)
+        new = executor.loader.project_state(after).apps
+        ids = dict(new.get_model("benchmarks", "LevelResult").objects.values_list("pk", "public_id"))
+        assert len(set(ids.values())) == 3 and all(len(i) == 22 and not i.isdigit() for i in ids.values())
+        result = new.get_model("benchmarks", "Decision").objects.get(pk=decision.pk).result
+        assert [r["url"] for r in result["ranked"][0]["evidence"]] == [
+            f"/r/old-run-public-id/#level-{ids[lv.pk]}" for lv in levels]
+        assert result["note"] == "#level-x"
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())

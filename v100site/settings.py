@@ -5,6 +5,7 @@ A team sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis).
 """
 import ipaddress
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -57,14 +58,25 @@ if PRODUCTION:
     SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", "31536000")
     SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "True")
     SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", "True")
-    if envbool("BEHIND_TLS_PROXY", "True"):
-        # TLS ends at the reverse proxy, which says so in X-Forwarded-Proto.
-        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Set only where a reverse proxy ends TLS in front of gunicorn and is the only way to it (compose:
+# WEB_BIND=127.0.0.1). It must overwrite X-Forwarded-Proto and append X-Forwarded-For: both are
+# believed then (https, and the client address that login throttling counts). Off, any client
+# could claim https with the header.
+BEHIND_TLS_PROXY = envbool("BEHIND_TLS_PROXY", "False")
+if BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# No inline scripts anywhere (templates load static files only); Plotly sets inline styles.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                           "img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; "
+                           "base-uri 'self'; form-action 'self'; frame-ancestors 'none'")
 SITE_NAME = os.environ.get("SITE_NAME", "v100site")
 # Permalinks (runs, comparisons, decisions, imports) open without login unless this is set.
 PERMALINKS_REQUIRE_LOGIN = envbool("PERMALINKS_REQUIRE_LOGIN", "False")
+# Anonymous readers of permalinks never see who queued a run, nor (unless this is set) the
+# endpoints' base URLs and launch commands; members always do.
+PUBLIC_SHOW_ENDPOINT_ADDRESSES = envbool("PUBLIC_SHOW_ENDPOINT_ADDRESSES", "False")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -73,6 +85,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
     "benchmarks",
 ]
 
@@ -85,9 +98,11 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "v100site.security.ContentSecurityPolicyMiddleware",
     # Refuses a too-large body before anything reads it (no middleware above does; CSRF's
     # process_view and the views come later), with the headers of the middleware above.
     "benchmarks.uploads.RequestSizeLimitMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a refused login into the lockout page
 ]
 
 ROOT_URLCONF = "v100site.urls"
@@ -122,6 +137,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Login throttling (django-axes): after LOGIN_FAILURE_LIMIT wrong passwords for one user name
+# from one address, that pair is refused for LOGIN_LOCKOUT_S (each new try restarts the wait);
+# a successful login clears the count. `manage.py axes_reset` lifts every lockout.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", "10")
+AXES_COOLOFF_TIME = timedelta(seconds=envint("LOGIN_LOCKOUT_S", "900"))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "v100site.security.client_ip"
+AXES_DISABLE_ACCESS_LOG = True  # keep failures only, not a row per successful login
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "run-list"
 LOGOUT_REDIRECT_URL = "run-list"
@@ -221,5 +248,6 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     # One line per request from httpx would cost the measuring worker time and flood its log.
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"},
+                "axes": {"level": "WARNING"}},  # failed logins and lockouts only
 }
