@@ -5,6 +5,7 @@ from django import forms
 from django.conf import settings
 
 from benchmarks import selectors
+from benchmarks.engine import backends
 from benchmarks.models import Endpoint, ImportedReport, Run, Variant
 
 
@@ -200,8 +201,8 @@ class ImportForm(forms.Form):
     file = forms.FileField(help_text="A `vllm bench serve --save-result` JSON, a GuideLLM JSON report, "
                                      "or `llama-bench -o json` output.")
     title = TextField(max_length=300, required=False, help_text="Blank: taken from the file.")
-    backend = forms.ChoiceField(required=False, choices=[("", "unknown / as the file says"), ("vllm", "vLLM"),
-                                                         ("llamacpp", "llama.cpp")],
+    backend = forms.ChoiceField(required=False, choices=lambda: [("", "unknown / as the file says")] + [
+                                    (b.name, b.label) for b in backends.ordered()],
                                 help_text="The server these numbers came from (the client tools do not say).")
     quantization = forms.ChoiceField(required=False, choices=[("", "unknown")] + Variant.QUANTIZATIONS)
     gpu = TextField(max_length=200, required=False, label="GPU", help_text="e.g. Tesla V100-PCIE-16GB")

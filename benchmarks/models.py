@@ -9,6 +9,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.text import slugify
 
+from benchmarks.engine import backends
+
 
 def endpoint_addresses():
     """Where workers may send requests: never to link-local, cloud metadata and other blocked
@@ -134,11 +136,9 @@ class Variant(models.Model):
 
 
 class Endpoint(models.Model):
-    BACKENDS = [("vllm", "vLLM"), ("llamacpp", "llama.cpp (llama-server)"),
-                ("openai", "other OpenAI-compatible")]
     name = models.CharField(max_length=100, unique=True)
     host = models.ForeignKey(Host, models.PROTECT, related_name="endpoints")
-    backend = models.CharField(max_length=20, choices=BACKENDS)
+    backend = models.CharField(max_length=20, choices=backends.choices)  # the registry's, read when used
     base_url = models.CharField("base URL", max_length=300, validators=[validate_endpoint_url],
                                 help_text="Server root, without /v1, e.g. http://gpu1:8000")
     model_name = models.CharField("served model id", max_length=200, blank=True,
