@@ -9,6 +9,7 @@ import io
 import json
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -213,6 +214,15 @@ class TestForms:
             return  # not a URL at all: the router refuses it before any view runs
         r = checked(Client().get(url, params), url, params)
         assert r.status_code in (200, 404)
+
+    @given(st.sampled_from(["run-detail", "run-progress", "run-export", "run-requests-csv", "import-detail",
+                            "comparison-detail", "decision-detail", "import-chart", "comparison-chart"]),
+           text, st.sampled_from(["json", "csv", "x", "JSON"]))
+    @FUZZ
+    def test_any_permalink_id_is_a_404_never_a_500(self, name, public_id, fmt):
+        args = ["PUBLICID"] + ([fmt] if name.endswith("-chart") else [])
+        url = reverse(name, args=args).replace("PUBLICID", quote(public_id or "x", safe=""))
+        assert checked(Client().get(url), url).status_code == 404
 
     @given(values, st.sampled_from(["vllm", "llamacpp", "openai", "", "x"]))
     @FUZZ
