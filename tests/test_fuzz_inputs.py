@@ -497,3 +497,20 @@ def test_a_prefilled_link_cannot_bypass_the_bounds():
     r = client.post(reverse("run-new"), run_form([e], load_mode="rate", request_rates="1e-300"))
     assert "below the lowest request rate" in r.context["form"].errors["request_rates"][0]
     assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_admin_cannot_queue_or_change_a_run_around_the_bounds():
+    e = endpoint()
+    run = Run.objects.create(prompt_tokens=64, output_tokens=8, temperature=0, load_mode="rate", request_rates=[1.0],
+                             requests_per_level=3, warmup_requests=0)
+    run.endpoints.set([e])
+    staff = Client()
+    staff.force_login(user("root", staff=True))
+    assert staff.get(reverse("admin:benchmarks_run_add")).status_code == 403
+    r = staff.post(reverse("admin:benchmarks_run_change", args=[run.id]), {
+        "title": "renamed", "request_rates": "[1e-300]", "duration_s": "86400000", "requests_per_level": "10000",
+        "endpoints": [e.id], "levels-TOTAL_FORMS": "0", "levels-INITIAL_FORMS": "0"})
+    assert r.status_code == 302
+    run.refresh_from_db()
+    assert (run.title, run.request_rates, run.duration_s, run.requests_per_level) == ("renamed", [1.0], None, 3)
