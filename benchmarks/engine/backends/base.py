@@ -58,9 +58,10 @@ class Backend:
         return {}
 
     # ------------------------------------------------------------------ tokenize
-    def tokenize_requests(self, model: str, text: str) -> list[tuple[str, dict]]:
-        """(path, JSON body) of the POSTs that tokenize `text` without special tokens, tried in
-        turn. None: prompts are sent as text, their length calibrated from `usage`."""
+    def tokenize_requests(self, model: str, text: str, special: bool = False) -> list[tuple[str, dict]]:
+        """(path, JSON body) of the POSTs that tokenize `text` without special tokens (with them,
+        e.g. a BOS, when `special`), tried in turn. None: prompts are sent as text, their length
+        calibrated from `usage`."""
         return []
 
     def read_tokens(self, payload) -> list[int] | None:
@@ -69,6 +70,21 @@ class Backend:
         if isinstance(tokens, list) and tokens and all(
                 isinstance(t, int) and not isinstance(t, bool) for t in tokens):
             return tokens
+        return None
+
+    # ------------------------------------------------------------------ quality (engine.quality)
+    # How the server scores given tokens: "prompt_logprobs" (log-probabilities of the prompt's
+    # own tokens, one request per window), "teacher_forcing" (one generated token per position,
+    # forced to the actual one, with the top-k beside it) or None (it cannot).
+    quality_method: str | None = None
+
+    def greedy_request(self, model: str, prompt: list[int], n: int) -> tuple[str, dict]:
+        """(path, body) of a non-streamed request that generates `n` tokens greedily."""
+        return "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0.0,
+                                   "stream": False, **self.request_extras(n)}
+
+    def read_generated_ids(self, answer) -> list[int] | None:
+        """The generated token ids of a greedy answer; None when it gives only text."""
         return None
 
     # ------------------------------------------------------------------ /metrics

@@ -17,8 +17,20 @@ class LlamaCpp(Backend):
         # cache_prompt off: every request's prefill is measured, none reused from a slot.
         return {"ignore_eos": True, "cache_prompt": False, "n_predict": max_tokens}
 
-    def tokenize_requests(self, model: str, text: str) -> list[tuple[str, dict]]:
-        return [("/tokenize", {"content": text, "add_special": False})]
+    def tokenize_requests(self, model: str, text: str, special: bool = False) -> list[tuple[str, dict]]:
+        return [("/tokenize", {"content": text, "add_special": special})]
+
+    # No prompt log-probabilities (ggml-org/llama.cpp #8942): one forced token per position.
+    quality_method = "teacher_forcing"
+
+    def greedy_request(self, model: str, prompt: list[int], n: int) -> tuple[str, dict]:
+        # The native route: it can return the generated token ids.
+        return "/completion", {"prompt": prompt, "n_predict": n, "temperature": 0.0, "ignore_eos": True,
+                               "cache_prompt": False, "return_tokens": True}
+
+    def read_generated_ids(self, answer) -> list[int] | None:
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        return self.read_tokens({"tokens": tokens})
 
     metrics = {
         "running": ("llamacpp:requests_processing",),
@@ -63,7 +75,8 @@ class LlamaCpp(Backend):
         }
 
     def sim_tokenize(self, request: dict, tokenize) -> dict:
-        return {"tokens": tokenize(request["content"])}
+        # Token id 1 stands for the BOS that add_special puts first.
+        return {"tokens": ([1] if request.get("add_special") else []) + tokenize(request["content"])}
 
     def sim_final_chunks(self, base: dict, chat: bool, finish: str, usage: dict, timings: dict) -> list[dict]:
         # One closing chunk with the finish reason, the usage and llama.cpp's own timings.

@@ -23,8 +23,8 @@ class SGLang(Backend):
         # prefix cache cannot be turned off per request; fresh random prompts keep it cold.
         return {"ignore_eos": True, "min_tokens": max_tokens}
 
-    def tokenize_requests(self, model: str, text: str) -> list[tuple[str, dict]]:
-        return [("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})]
+    def tokenize_requests(self, model: str, text: str, special: bool = False) -> list[tuple[str, dict]]:
+        return [("/tokenize", {"model": model, "prompt": text, "add_special_tokens": special})]
 
     metrics = {
         "running": ("sglang:num_running_reqs",),

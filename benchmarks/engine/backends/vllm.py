@@ -13,8 +13,21 @@ class VLLM(Backend):
     def request_extras(self, max_tokens: int) -> dict:
         return {"ignore_eos": True, "min_tokens": max_tokens}
 
-    def tokenize_requests(self, model: str, text: str) -> list[tuple[str, dict]]:
-        return [("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})]
+    def tokenize_requests(self, model: str, text: str, special: bool = False) -> list[tuple[str, dict]]:
+        return [("/tokenize", {"model": model, "prompt": text, "add_special_tokens": special})]
+
+    quality_method = "prompt_logprobs"
+
+    def greedy_request(self, model: str, prompt: list[int], n: int) -> tuple[str, dict]:
+        path, body = super().greedy_request(model, prompt, n)
+        return path, {**body, "logprobs": 1, "return_tokens_as_token_ids": True}
+
+    def read_generated_ids(self, answer) -> list[int] | None:
+        try:
+            tokens = answer["choices"][0]["logprobs"]["tokens"]  # "token_id:123"
+            return [int(t.rpartition(":")[2]) for t in tokens]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            return None
 
     metrics = {
         "running": ("vllm:num_requests_running",),

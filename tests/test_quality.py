@@ -1,0 +1,151 @@
+"""The quality step's arithmetic, exactly, against the simulator's known model: perplexity in
+llama-perplexity's windows, KL divergence and top-token agreement against a reference, greedy
+agreement, and the clear refusals (a text too short, a server without log-probabilities,
+tokenizers that differ). The formulas below are the simulator's documented model, computed
+here on their own."""
+import asyncio
+import json
+import math
+import subprocess
+import sys
+import zlib
+
+import httpx
+import pytest
+
+from benchmarks.engine import quality
+from conftest import ROOT
+
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
+         "sigma tau upsilon phi chi psi omega").split()
+TEXT = quality.EvalText("greek", " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(300)))
+VOCAB, RANKED = 32000, 64
+
+
+def sim_tokens(text):  # the simulator's tokenizer: one token per word
+    return [zlib.crc32(w.encode()) % 30000 + 1000 for w in text.split()]
+
+
+def candidate(prev, j):
+    return (prev * 7919 + j * 104729 + 13) % VOCAB
+
+
+def logprob(prev, token, sharpness):
+    rank = next((j for j in range(RANKED) if candidate(prev, j) == token), RANKED)
+    z = sum(math.exp(-sharpness * j) for j in range(RANKED)) + (VOCAB - RANKED) * math.exp(-sharpness * RANKED)
+    return -sharpness * rank - math.log(z)
+
+
+def expected_perplexity(tokens, n_ctx, chunks, bos, sharpness):
+    nll = []
+    for c in range(min(chunks, len(tokens) // n_ctx)):
+        w = tokens[c * n_ctx:(c + 1) * n_ctx]
+        if bos is not None:
+            w[0] = bos
+        nll += [-logprob(w[j], w[j + 1], sharpness) for j in range(n_ctx // 2, n_ctx - 1)]
+    return math.exp(sum(nll) / len(nll)), len(nll)
+
+
+def run(sim, backend, text=TEXT, reference=None, **kw):
+    async def go():
+        async with httpx.AsyncClient(timeout=30) as client:
+            return await quality.measure(client, sim.url, backend, text, reference=reference, **kw)
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("dialect, bos", [("llamacpp", 1), ("vllm", None)])
+def test_perplexity_is_exactly_the_known_model_s_in_llama_perplexity_windows(simulator, dialect, bos):
+    sim = simulator(dialect=dialect, sharpness=0.7)
+    result = run(sim, dialect, n_ctx=32, chunks=4)
+    tokens = ([bos] if bos is not None else []) + sim_tokens(TEXT.text)
+    want, scored = expected_perplexity(tokens, 32, 4, bos, 0.7)
+    assert result.tokens_scored == scored == 4 * 15
+    assert result.perplexity == pytest.approx(want, rel=1e-9)
+    assert result.settings["llama_perplexity"] == "-c 32 --chunks 4"
+    assert result.settings["bos"] == bos
+    assert result.text["sha256"] == TEXT.sha256 and result.method == {
+        "llamacpp": "teacher_forcing", "vllm": "prompt_logprobs"}[dialect]
+
+
+def test_kl_divergence_over_the_whole_top_list_is_the_exact_kl(simulator):
+    # With every ranked token listed the rest of the vocabulary is uniform on both sides, so the
+    # tail bucket loses nothing: the figure must equal the full-vocabulary KL computed here.
+    ref, test = simulator(dialect="vllm", sharpness=1.0), simulator(dialect="vllm", sharpness=1.3)
+    result = run(test, "vllm", reference=(ref.url, "vllm", ""), n_ctx=32, chunks=2, top_k=RANKED)
+    p = [math.exp(logprob(0, candidate(0, j), 1.0)) for j in range(RANKED)]
+    q = [math.exp(logprob(0, candidate(0, j), 1.3)) for j in range(RANKED)]
+    tail_p, tail_q = math.exp(logprob(0, -1, 1.0)), math.exp(logprob(0, -1, 1.3))
+    exact = sum(a * math.log(a / b) for a, b in zip(p, q)) + (VOCAB - RANKED) * tail_p * math.log(tail_p / tail_q)
+    r = result.reference
+    assert r["kl_mean"] == pytest.approx(exact, rel=1e-6)
+    assert r["kl_max"] == pytest.approx(exact, rel=1e-6)
+    assert r["same_top_share"] == 1.0  # a sharper model keeps the order
+    assert r["reference_top_k_missing_share"] == 0.0
+
+
+def test_a_server_against_itself_has_zero_divergence_and_full_agreement(simulator):
+    a, b = simulator(dialect="llamacpp", sharpness=0.9), simulator(dialect="llamacpp", sharpness=0.9)
+    r = run(a, "llamacpp", reference=(b.url, "llamacpp", ""), n_ctx=32, chunks=2).reference
+    assert r["kl_mean"] == pytest.approx(0.0, abs=1e-12) and r["same_top_share"] == 1.0
+    assert r["greedy"]["identical_token_share"] == 1.0
+    assert r["greedy"]["identical_continuations"] == r["greedy"]["prompts"] == 2
+
+
+def test_divergence_grows_with_the_distance_between_the_models(simulator):
+    ref = simulator(dialect="vllm", sharpness=1.0)
+    near, far = simulator(dialect="vllm", sharpness=1.1), simulator(dialect="vllm", sharpness=2.0)
+    kl_near = run(near, "vllm", reference=(ref.url, "vllm", ""), n_ctx=32, chunks=2).reference["kl_mean"]
+    kl_far = run(far, "vllm", reference=(ref.url, "vllm", ""), n_ctx=32, chunks=2).reference["kl_mean"]
+    assert 0 < kl_near < kl_far
+
+
+def test_agreement_counts_identical_tokens_and_the_first_difference():
+    same = quality.agreement([[1, 2, 3, 4]], [[1, 2, 3, 4]])
+    parted = quality.agreement([[1, 2, 3, 4], [5, 6, 7, 8]], [[1, 2, 9, 9], [5, 6, 7, 8]])
+    assert same["identical_token_share"] == 1.0 and same["first_difference"] == [None]
+    assert parted["identical_token_share"] == 6 / 8 and parted["first_difference"] == [2, None]
+
+
+def test_a_text_too_short_for_one_window_is_refused_with_the_reason(simulator):
+    sim = simulator(dialect="llamacpp")
+    with pytest.raises(quality.QualityError, match="too short for one window of 512"):
+        run(sim, "llamacpp", text=quality.EvalText("tiny", "just a few words"), n_ctx=512)
+
+
+def test_a_server_without_log_probabilities_is_said_so(simulator):
+    sim = simulator(dialect="openai")
+    with pytest.raises(quality.NotSupported, match="returns no log-probabilities"):
+        run(sim, "openai", n_ctx=32)
+
+
+def test_endpoints_with_different_tokenizers_are_not_compared(simulator):
+    a, b = simulator(dialect="vllm"), simulator(dialect="vllm", token_offset=5)
+    with pytest.raises(quality.QualityError, match="tokenize differently"):
+        run(a, "vllm", reference=(b.url, "vllm", ""), n_ctx=32)
+
+
+def test_the_command_line_prints_one_json_object(simulator, tmp_path):
+    sim = simulator(dialect="llamacpp", sharpness=0.5)
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT.text)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.engine.quality", sim.url, "--backend", "llamacpp",
+                           "--text", str(path), "--ctx", "32", "--chunks", "3", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    want, scored = expected_perplexity([1] + sim_tokens(TEXT.text), 32, 3, 1, 0.5)
+    assert out["perplexity"] == pytest.approx(want, rel=1e-9) and out["tokens_scored"] == scored
+    assert out["settings"]["n_ctx"] == 32 and out["settings"]["scored_per_window"] == 15
+    assert out["text"]["name"] == "text.txt" and out["text"]["sha256"] == TEXT.sha256
+
+
+def test_the_command_line_says_why_it_cannot_measure(simulator):
+    sim = simulator(dialect="openai")
+    done = subprocess.run([sys.executable, "-m", "benchmarks.engine.quality", sim.url, "--backend", "openai",
+                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "returns no log-probabilities" in done.stderr and not done.stdout
+
+
+def test_the_built_in_text_is_named_and_fixed():
+    a, b = quality.builtin_text(), quality.builtin_text()
+    assert a.sha256 == b.sha256 and "pydoc" in a.name and len(a.text) > 100_000
