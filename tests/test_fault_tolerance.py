@@ -64,7 +64,7 @@ def test_a_killed_worker_s_run_resumes_on_another_worker_without_redoing_levels(
     b = spawn_worker(worker_env(**FAST_RECOVERY), "rescuer")
     faults_queue.append(b)
     run = finished(run)
-    assert run.status == Run.SUCCEEDED and run.attempts == 2
+    assert run.status == Run.SUCCEEDED and run.attempts == 2, (run.error, run.preflight)
     assert list(run.levels.order_by("level_index").values_list("level_index", flat=True)) == [0, 1]
     assert LevelResult.objects.get(run=run, level_index=0).id == first_level.id  # not measured again
     assert set(RequestRecord.objects.filter(level=first_level).values_list("id", flat=True)) == first_requests
@@ -118,13 +118,80 @@ def test_runs_queued_when_redis_restarts_still_run(faults_queue, simulator, priv
 
 
 def test_a_run_past_its_time_limit_fails_with_the_reason_and_keeps_finished_levels(faults_queue, simulator):
-    sim = simulator(decode_ms=40)  # 0.8 s a request: level c=1 takes ~4.8 s, c=2 would end at ~7.2 s
+    # One request at a time, 1 s each (the server's own schedule, however busy the machine):
+    # both levels take ~4 s, so the first ends 2 s before the 6 s limit and the second 2 s after.
+    sim = simulator(decode_ms=50, slots=1)
     w = spawn_worker(worker_env(RUN_TIME_LIMIT_S=6, **FAST_RECOVERY), "time-limit")
     faults_queue.append(w)
-    run = create_run([endpoint(sim.url)], concurrency_levels=[1, 2], requests_per_level=6)
+    run = create_run([endpoint(sim.url)], concurrency_levels=[1, 2], requests_per_level=4)
     run = finished(run)
     assert run.status == Run.FAILED and "time limit of 6 s reached" in run.error
-    assert run.levels.count() == 1 and run.levels.get().completed == 6
+    assert run.levels.count() == 1 and run.levels.get().completed == 4
+
+
+def test_a_run_whose_workers_keep_dying_is_given_up_after_its_attempts(faults_queue, simulator):
+    sim = simulator(decode_ms=25)
+    limits = dict(RUN_MAX_ATTEMPTS=1, **FAST_RECOVERY)
+    a = spawn_worker(worker_env(**limits), "dies")
+    faults_queue.append(a)
+    run = create_run([endpoint(sim.url)])
+    wait_for(lambda: LevelResult.objects.filter(run=run).count() == 1, 60, "the first level")
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait(10)
+    b = spawn_worker(worker_env(**limits), "gives-up")
+    faults_queue.append(b)
+    run = finished(run)
+    assert run.status == Run.FAILED and run.attempts == 2
+    assert run.error == "gave up after 1 attempts: the workers measuring it stopped (killed or crashed)"
+    assert list(run.levels.values_list("level_index", "completed")) == [(0, 8)]  # what was measured is kept
+
+
+@pytest.fixture
+def level_store_refused(django_db_blocker):
+    """The database refuses to store a run's second level (as a full disk or a broken
+    constraint would): a fault the worker does not expect."""
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cur:
+        cur.execute("CREATE FUNCTION test_refuse_level() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                    "RAISE EXCEPTION 'could not extend file: No space left on device (simulated)'; END $$")
+        cur.execute("CREATE TRIGGER test_refuse_level BEFORE INSERT ON benchmarks_levelresult FOR EACH ROW "
+                    "WHEN (NEW.level_index = 1) EXECUTE FUNCTION test_refuse_level()")
+    yield
+    with django_db_blocker.unblock(), connection.cursor() as cur:
+        cur.execute("DROP TRIGGER test_refuse_level ON benchmarks_levelresult")
+        cur.execute("DROP FUNCTION test_refuse_level()")
+
+
+def test_an_unexpected_fault_ends_the_run_failed_with_its_cause_and_keeps_what_was_measured(
+        level_store_refused, simulator, celery_worker_process):
+    sim = simulator(decode_ms=2)
+    run = finished(create_run([endpoint(sim.url)]))
+    assert run.status == Run.FAILED
+    assert run.error.startswith("ProgrammingError: could not extend file: No space left on device (simulated)")
+    assert list(run.levels.values_list("level_index", "completed")) == [(0, 8)]
+    assert RequestRecord.objects.filter(level__run=run).count() == 8
+    # The worker is fine: the next run is measured.
+    assert finished(create_run([endpoint(sim.url, name="next")], concurrency_levels=[1])).status == Run.SUCCEEDED
+
+
+def test_a_server_gone_mid_level_fails_the_remaining_requests_with_a_connect_cause(simulator, celery_worker_process):
+    sim = simulator(decode_ms=20)  # 20 tokens: ~0.4 s a request
+    e = endpoint(sim.url)
+    run = create_run([e], concurrency_levels=[1], requests_per_level=20)
+    wait_for(lambda: Run.objects.get(id=run.id).progress_done >= 3, 60, "a few measured requests")
+    sim.proc.kill()
+    sim.proc.wait(10)
+    run = finished(run)
+    assert run.status == Run.PARTIAL and run.error == ""
+    [level] = run.levels.all()
+    records = list(level.requests.all())
+    assert len(records) == 20 and 2 <= level.completed < 20 and level.failed == 20 - level.completed
+    failed = [r for r in records if r.error]
+    # The one in flight lost its connection; every later one found nobody listening.
+    assert {r.error_kind for r in failed[1:]} == {"connect"}
+    assert all(r.error.startswith("cannot connect: ConnectError") for r in failed[1:])
+    assert failed[0].error_kind in ("protocol", "connect")
 
 
 FAULTS = ["http500", "reset", "stall", "malformed", "error_chunk", "truncate", "slow_drip"]

@@ -276,28 +276,41 @@ class Session:
     # ---------------------------------------------------------------- prompts
     async def tokenize(self, text: str) -> list[int] | None:
         """Token ids of `text` without special tokens, from the server's own tokenizer (as its
-        backend calls it); None when it has none."""
+        backend calls it); None when it has none (`tokenize_problem` then says why a call it
+        has failed)."""
+        self.tokenize_problem = ""
         for path, body in self.backend.tokenize_requests(self.target.model, text):
             try:
                 resp = await self._call("POST", path, json=body)
                 if resp.status_code != 200:
+                    self.tokenize_problem = f"{path} answered HTTP {resp.status_code}"
                     continue
                 tokens = self.backend.read_tokens(resp.json())
-            except (httpx.HTTPError, ValueError):
+            except (httpx.HTTPError, ValueError) as exc:
+                self.tokenize_problem = f"{path} failed: {describe_error(exc)}"
                 continue
             if tokens:
                 return tokens
+            self.tokenize_problem = f"{path} answered no token ids"
         return None
 
-    async def prepare(self, model: str) -> None:
+    async def prepare(self, model: str) -> Finding:
         """Build the prompt pool, then send the warmup requests; they calibrate prompt length
-        and open connections, and are not part of any result."""
+        and open connections, and are not part of any result. Returns how the prompts are
+        built, for the record (a server without /tokenize gets text prompts)."""
         self.target.model = model
         text = " ".join(self.rng.choice(_WORDS) for _ in range(2000))
         ids = await self.tokenize(text)
         # Chat prompts must be text; completions take exact token ids.
         pool = sorted(set(ids)) if ids and self.workload.api != "chat" else None
         self.prompts = PromptFactory(pool, self.rng)
+        if ids is None:
+            text_prompts = "the prompts are text, their length calibrated against the server's usage.prompt_tokens"
+            finding = (Finding("tokenize", False, f"{self.tokenize_problem}: {text_prompts}") if self.tokenize_problem
+                       else Finding("tokenize", True, f"no tokenize call for this backend: {text_prompts}"))
+        else:
+            finding = Finding("tokenize", True, f"{len(set(ids))} distinct token ids from the server's tokenizer"
+                                                + ("; chat prompts are text" if pool is None else ""))
         for i in range(self.workload.warmup_requests):
             prompt = self.prompts.make(self.workload.prompt_tokens)
             result = await self.send(-1 - i, prompt, self.workload.output_tokens, time.perf_counter())
@@ -309,6 +322,7 @@ class Session:
             result = await self.send(-1, prompt, 1, time.perf_counter())
             if result.ok:
                 self.prompts.calibrate(prompt, self.workload.prompt_tokens, result.prompt_tokens)
+        return finding
 
     def body(self, prompt: list[int] | str, max_tokens: int) -> dict:
         body = {
