@@ -2,8 +2,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models.constants import LOOKUP_SEP
 
+from benchmarks import services
 from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, Variant
-from benchmarks.services import endpoint_api_key
 
 # Never a filter, search or ordering on these, in any list (a "1 endpoint" or "0" answer to
 # ?api_key__startswith=... gives the key away one character at a time).
@@ -36,11 +36,8 @@ class HostAdmin(InventoryAdmin):
 
     @admin.action(description="Probe GPUs now (on the host's own worker)")
     def probe_now(self, request, queryset):
-        from benchmarks.tasks import host_probe_task
-
-        for host in queryset:
-            host_probe_task.apply_async((host.name,), queue=host.queue_name)
-        self.message_user(request, f"Asked the workers of {queryset.count()} host(s) to probe their GPUs; "
+        asked = services.host_probe_request(hosts=queryset)
+        self.message_user(request, f"Asked the workers of {asked} host(s) to probe their GPUs; "
                                    "the results appear here with the time they were probed.")
 
     @admin.display(description="GPUs")
@@ -93,7 +90,7 @@ class EndpointAdminForm(forms.ModelForm):
         data = super().clean()
         stored = self.instance.api_key if self.instance.pk else ""
         old_url = self.instance.base_url if self.instance.pk else ""
-        data["api_key"], self.api_key_note = endpoint_api_key(
+        data["api_key"], self.api_key_note = services.endpoint_api_key(
             stored=stored, typed=data.get("api_key", ""), clear=bool(data.get("clear_api_key")),
             old_url=old_url, new_url=data.get("base_url") or old_url)
         return data

@@ -2,21 +2,23 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
 from benchmarks.engine import backends
+from benchmarks.engine.addresses import AddressPolicy
+from benchmarks.engine.client import Load, Target, Workload
 
 
 def endpoint_addresses():
     """Where workers may send requests: never to link-local, cloud metadata and other blocked
     addresses (engine/addresses.py), and only within ENDPOINT_ALLOWED_NETWORKS when it is set."""
-    from benchmarks.engine.addresses import AddressPolicy
-
     return AddressPolicy.from_setting(settings.ENDPOINT_ALLOWED_NETWORKS)
 
 
@@ -27,8 +29,6 @@ def endpoint_url_problem(url: str) -> str:
 
 
 def validate_endpoint_url(url: str) -> None:
-    from django.core.exceptions import ValidationError
-
     problem = endpoint_url_problem(url)
     if problem:
         raise ValidationError(problem)
@@ -89,10 +89,6 @@ class Gpu(models.Model):
 
     def __str__(self):
         return f"{self.host} GPU{self.index} {self.name}"
-
-    @property
-    def memory_gib(self):
-        return None if self.memory_total_mib is None else self.memory_total_mib / 1024
 
 
 class Model(models.Model):
@@ -166,9 +162,7 @@ class Endpoint(models.Model):
 
 
 
-    def target(self):
-        from benchmarks.engine.client import Target
-
+    def target(self) -> Target:
         return Target(base_url=self.base_url, backend=self.backend, model=self.model_name,
                       api_key=self.api_key)
 
@@ -231,8 +225,6 @@ class Run(models.Model):
         return self.title or f"run {self.public_id[:8]}"
 
     def get_absolute_url(self):
-        from django.urls import reverse
-
         return reverse("run-detail", args=[self.public_id])
 
     @property
@@ -245,19 +237,14 @@ class Run(models.Model):
             return 100 if self.is_finished else 0
         return min(100, round(100 * self.progress_done / self.progress_total))
 
-    def workload(self):
-        from benchmarks.engine.client import Workload
-
+    def workload(self) -> Workload:
+        """What every level of the run shares; the levels themselves are its `loads()`."""
         return Workload(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
-                        temperature=self.temperature,
-                        concurrency_levels=list(self.concurrency_levels) or [self.max_concurrency or 1],
-                        requests_per_level=self.requests_per_level,
-                        warmup_requests=self.warmup_requests, api=self.api, seed=self.seed)
+                        temperature=self.temperature, warmup_requests=self.warmup_requests,
+                        api=self.api, seed=self.seed)
 
-    def loads(self):
+    def loads(self) -> list[Load]:
         """The run's load levels, in order (engine.client.Load)."""
-        from benchmarks.engine.client import Load
-
         if self.load_mode == "rate":
             return [Load(concurrency=self.max_concurrency, rate=r, arrivals=self.arrivals,
                          requests=self.requests_per_level, duration_s=self.duration_s)
@@ -385,8 +372,6 @@ class ImportedReport(models.Model):
         return self.title
 
     def get_absolute_url(self):
-        from django.urls import reverse
-
         return reverse("import-detail", args=[self.public_id])
 
     @property
@@ -412,8 +397,6 @@ class Comparison(models.Model):
         return self.title or f"comparison {self.public_id[:8]}"
 
     def get_absolute_url(self):
-        from django.urls import reverse
-
         return reverse("comparison-detail", args=[self.public_id])
 
 
@@ -435,6 +418,4 @@ class Decision(models.Model):
         return f"decision {self.public_id[:8]}: {self.recommended or 'no recommendation'}"
 
     def get_absolute_url(self):
-        from django.urls import reverse
-
         return reverse("decision-detail", args=[self.public_id])

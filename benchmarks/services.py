@@ -7,14 +7,22 @@ import threading
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import close_old_connections, connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from benchmarks.engine import gpu as gpu_telemetry
 from benchmarks.engine.client import Cancelled, LevelOutcome, Session, Timeouts, until_stopped
+from benchmarks.engine.metrics import summarize_level
 from benchmarks.engine.observe import measure_observed
 from benchmarks.engine.server_metrics import server_identity
-from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run, endpoint_addresses
+from benchmarks.engine.validity import level_flags, merge
+from benchmarks.importers import parse_report, v100_writeup_reports
+from benchmarks.models import (Comparison, Endpoint, Gpu, Host, ImportedReport, LevelResult, RequestRecord, Run,
+                               endpoint_addresses)
+from benchmarks.selectors import runs_in_flight
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +51,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             queue_name=queue_for(endpoints),
         )
         run.endpoints.set(endpoints)
-        transaction.on_commit(lambda: _enqueue(run))
+        transaction.on_commit(lambda: run_enqueue(run=run))
     return run
 
 
@@ -51,11 +59,6 @@ def _check_runs_in_flight(owner) -> None:
     """Inside the transaction that inserts the run: lock the owner's row (SELECT ... FOR UPDATE)
     so that one member's submissions are counted and inserted one after another; parallel
     submissions can then never pass the limit together."""
-    from django.contrib.auth import get_user_model
-    from django.core.exceptions import ValidationError
-
-    from benchmarks.selectors import runs_in_flight
-
     if owner is None:
         return
     get_user_model().objects.select_for_update().only("pk").get(pk=owner.pk)
@@ -66,11 +69,14 @@ def _check_runs_in_flight(owner) -> None:
             f"{settings.MAX_RUNS_IN_FLIGHT}); wait for one to finish or cancel one.", code="runs_in_flight")
 
 
-def _enqueue(run: Run) -> None:
-    from benchmarks.tasks import run_execute_task
+def run_enqueue(*, run: Run) -> None:
+    """Send a run to its queue: the one way a run reaches a worker (a new run once its
+    transaction has committed, and the sweeper's re-sends). Sending twice is harmless: a run
+    can only be claimed once at a time."""
+    from benchmarks.tasks import run_execute_task  # tasks imports this module
 
     Run.objects.filter(id=run.id).update(enqueued_at=timezone.now())
-    run_execute_task.apply_async((run.id,), queue=run.queue_name)
+    run_execute_task.apply_async((run.id,), queue=run.queue_name or settings.CELERY_TASK_DEFAULT_QUEUE)
 
 
 def queue_for(endpoints: list[Endpoint]) -> str:
@@ -130,10 +136,7 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
         return
     timeouts = Timeouts(connect=settings.REQUEST_CONNECT_TIMEOUT_S, first_byte=settings.REQUEST_READ_TIMEOUT_S,
                         total=settings.REQUEST_TOTAL_TIMEOUT_S)
-    session = Session(endpoint.target(), workload, timeouts,
-                      max_connections=max([run.max_concurrency, *workload.concurrency_levels,
-                                           256 if run.load_mode == "rate" else 1]) + 4,
-                      addresses=endpoint_addresses())
+    session = Session(endpoint.target(), workload, timeouts, loads=loads, addresses=endpoint_addresses())
     try:
         _note(run, f"{endpoint.name}: preflight")
         # Every step stops within a poll of a cancel (or the time limit), not only the levels.
@@ -235,8 +238,6 @@ def runs_requeue(*, startup: bool = False) -> int:
     """Send again what a broker may have lost: queued runs (a Redis restarted without
     persistence loses its queue) and running runs whose worker stopped beating. Extra
     deliveries are harmless: a run can only be claimed once at a time."""
-    from benchmarks.tasks import run_execute_task
-
     now = timezone.now()
     stale = now - timedelta(seconds=settings.RUN_HEARTBEAT_STALE_S)
     queued = Q(status=Run.QUEUED)
@@ -244,17 +245,13 @@ def runs_requeue(*, startup: bool = False) -> int:
         queued &= Q(enqueued_at__lt=now - timedelta(seconds=settings.RUN_REQUEUE_AFTER_S)) | Q(enqueued_at=None)
     runs = list(Run.objects.filter(queued | Q(status=Run.RUNNING, heartbeat__lt=stale)).only("id", "queue_name"))
     for run in runs:
-        Run.objects.filter(id=run.id).update(enqueued_at=now)
-        run_execute_task.apply_async((run.id,), queue=run.queue_name or settings.CELERY_TASK_DEFAULT_QUEUE)
+        run_enqueue(run=run)
     return len(runs)
 
 
 def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_index: int = 0,
                 gpu: dict | None = None, server: dict | None = None) -> LevelResult:
     """Store one measured level with all its requests, in one transaction."""
-    from benchmarks.engine.metrics import summarize_level
-    from benchmarks.engine.validity import level_flags, merge
-
     summary = summarize_level(outcome.results, outcome.wall_s, run.slo)
     gpu, server = gpu or {}, server or {}
     flags = level_flags(summary, client=outcome.client, gpu=gpu.get("summary"),
@@ -314,9 +311,6 @@ def report_import(*, owner, data: bytes, filename: str, title: str = "", backend
                   quantization: str = "", gpu: str = ""):
     """Parse an uploaded result file (vllm bench serve, GuideLLM, llama-bench) and store it as an
     imported report. Raises importers.ReportFormatError with what is wrong."""
-    from benchmarks.importers import parse_report
-    from benchmarks.models import ImportedReport
-
     # Parsed and checked in full (size, levels, text a database can store) before the one INSERT.
     report = parse_report(data, filename, max_bytes=settings.MAX_IMPORT_MIB * 1024 * 1024,
                           max_levels=settings.MAX_IMPORT_LEVELS)
@@ -329,9 +323,6 @@ def report_import(*, owner, data: bytes, filename: str, title: str = "", backend
 def published_reports_load(model=None) -> int:
     """The V100 write-up's figures as published reports (idempotent): always labelled
     "published, not measured here". `model` lets the data migration pass its historical model."""
-    from benchmarks.importers import v100_writeup_reports
-    from benchmarks.models import ImportedReport
-
     model = model or ImportedReport
     created = 0
     for report in v100_writeup_reports():
@@ -346,8 +337,6 @@ def published_reports_load(model=None) -> int:
 
 
 def comparison_create(*, owner, runs, reports, title: str = ""):
-    from benchmarks.models import Comparison
-
     comparison = Comparison.objects.create(owner=owner, title=title)
     comparison.runs.set(runs)
     comparison.reports.set(reports)
@@ -377,8 +366,6 @@ def endpoint_api_key(*, stored: str, typed: str = "", clear: bool = False, old_u
 def host_probe_store(*, host, probe) -> None:
     """Write what pynvml reported (engine.gpu.HostProbe) into the inventory: the host's
     driver, CUDA and interconnect, and one Gpu row per GPU (updated by index)."""
-    from benchmarks.models import Gpu
-
     with transaction.atomic():
         host.probe_status = probe.status[:300]
         host.probed_at = timezone.now()
@@ -396,12 +383,26 @@ def host_probe_store(*, host, probe) -> None:
         host.save()
 
 
+def host_register(*, name: str) -> Host:
+    """The inventory's row for the host a worker runs on (WORKER_HOST), created if new."""
+    host, _ = Host.objects.get_or_create(name=name)
+    return host
+
+
 def host_probe_here(*, host_name: str):
     """Probe this machine's GPUs and store them under `host_name` (created if new)."""
-    from benchmarks.engine.gpu import probe
-    from benchmarks.models import Host
-
-    host, _ = Host.objects.get_or_create(name=host_name)
-    result = probe()
+    host = host_register(name=host_name)
+    result = gpu_telemetry.probe()
     host_probe_store(host=host, probe=result)
     return host, result
+
+
+def host_probe_request(*, hosts) -> int:
+    """Ask each host's own worker (on its host queue) to probe its GPUs; the results land in
+    the inventory when it has. Returns how many hosts were asked."""
+    from benchmarks.tasks import host_probe_task  # tasks imports this module
+
+    hosts = list(hosts)
+    for host in hosts:
+        host_probe_task.apply_async((host.name,), queue=host.queue_name)
+    return len(hosts)

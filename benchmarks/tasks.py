@@ -4,6 +4,7 @@ import threading
 from celery import shared_task
 from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 from django.conf import settings
+from django.db import connection
 
 from benchmarks import services
 
@@ -30,9 +31,7 @@ def consume_host_queue(sender, instance, **kwargs) -> None:
     endpoints come to it (with HOST_QUEUES on) and it can sample their GPUs."""
     if not settings.WORKER_HOST:
         return
-    from benchmarks.models import Host
-
-    host, _ = Host.objects.get_or_create(name=settings.WORKER_HOST)
+    host = services.host_register(name=settings.WORKER_HOST)
     instance.app.amqp.queues.select_add(host.queue_name)
     log.info("consuming %s, the queue of host %s", host.queue_name, host.name)
 
@@ -46,8 +45,6 @@ def start_sweeper(sender=None, **kwargs) -> None:
     (queued runs after a Redis restart, running runs whose worker was killed)."""
 
     def sweep() -> None:
-        from django.db import connection
-
         first = True
         while True:
             try:

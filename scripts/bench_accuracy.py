@@ -306,14 +306,15 @@ class TracedSession(Session):
 
 async def _run_ours(url: str, streams: int, n: int, prompt_tokens: int, output_tokens: int):
     wl = Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, temperature=0.0,
-                  concurrency_levels=[streams], requests_per_level=n, warmup_requests=2, seed=1)
-    session = TracedSession(Target(url, "vllm"), wl)
+                  warmup_requests=2, seed=1)
+    load = Load(concurrency=streams, requests=n)
+    session = TracedSession(Target(url, "vllm"), wl, loads=[load])
     try:
         pf = await session.preflight()
         if not pf.ok:
             raise RuntimeError(pf.cause)
         await session.prepare(pf.model)
-        outcome = await session.measure(Load(concurrency=streams, requests=n))
+        outcome = await session.measure(load)
         return outcome, session.prompt_of
     finally:
         await session.close()

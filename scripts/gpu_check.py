@@ -22,24 +22,23 @@ from benchmarks.engine.server_metrics import server_identity  # noqa: E402
 
 
 async def main(a) -> dict:
-    levels = [int(x) for x in a.levels.split(",")]
+    loads = [Load(concurrency=int(x), requests=a.requests) for x in a.levels.split(",")]
     wl = Workload(prompt_tokens=a.prompt_tokens, output_tokens=a.output_tokens, temperature=0.7,
-                  concurrency_levels=levels, requests_per_level=a.requests, warmup_requests=2, seed=1)
-    session = Session(Target(a.url, "llamacpp"), wl)
+                  warmup_requests=2, seed=1)
+    session = Session(Target(a.url, "llamacpp"), wl, loads=loads)
     pf = await session.preflight()
     assert pf.ok, pf.cause
     identity = await server_identity(session.client, a.url, "llamacpp")
     await session.prepare(pf.model)
     out = {"probe": gpu_telemetry.probe().to_dict(), "server": identity, "levels": []}
-    for c in levels:
-        outcome, gpu, server = await measure_observed(session, Load(concurrency=c, requests=a.requests),
-                                                      gpu_indices=[0], gpu_interval_s=0.1)
+    for load in loads:
+        outcome, gpu, server = await measure_observed(session, load, gpu_indices=[0], gpu_interval_s=0.1)
         s = summarize_level(outcome.results, outcome.wall_s)
         ratios = [(1 / r.tpot) / ((r.timings["predicted_n"] - 1) / r.timings["predicted_ms"] * 1000)
                   for r in outcome.results if r.ok and r.tpot and r.timings and r.timings.get("predicted_n", 0) > 1]
         prompt_ms = [r.timings["prompt_ms"] for r in outcome.results if r.ok and r.timings]
         out["levels"].append({
-            "concurrency": c, "completed": s["completed"], "failed": s["failed"],
+            "concurrency": load.concurrency, "completed": s["completed"], "failed": s["failed"],
             "ttft_ms": s["ttft_ms"], "decode_tok_s": s["decode_tok_s"], "aggregate_tok_s": s["aggregate_tok_s"],
             "server_decode_tok_s": s["server_decode_tok_s"], "server_prompt_ms_p50": statistics.median(prompt_ms),
             "ours_over_server_decode": {"p50": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},

@@ -4,6 +4,7 @@ from django.urls import reverse
 
 from benchmarks.models import Endpoint, Gpu, Host
 from factories import endpoint, user
+from test_run_submission import take_from_broker
 
 pytestmark = pytest.mark.django_db
 
@@ -79,3 +80,17 @@ def test_an_endpoint_url_must_be_a_url(client):
     client.force_login(user("root", staff=True))
     r = client.post(reverse("admin:benchmarks_endpoint_change", args=[e.id]), endpoint_post(e, base_url="not a url"))
     assert r.status_code == 200 and "Use an http:// or https:// URL" in r.content.decode()
+
+
+def test_probe_now_sends_each_selected_host_its_probe_on_its_own_queue(client):
+    boxes = [Host.objects.create(name=f"probe-box-{i}") for i in range(3)]
+    for box in boxes:
+        take_from_broker(box.queue_name)
+    client.force_login(user("root", staff=True))
+    r = client.post(reverse("admin:benchmarks_host_changelist"),
+                    {"action": "probe_now", "_selected_action": [boxes[0].id, boxes[2].id]}, follow=True)
+    assert "Asked the workers of 2 host(s) to probe their GPUs" in r.content.decode()
+    # On the real broker: each probe on its host's queue, so only that host's worker takes it.
+    assert take_from_broker(boxes[0].queue_name) == [("benchmarks.host_probe", [boxes[0].name])]
+    assert take_from_broker(boxes[2].queue_name) == [("benchmarks.host_probe", [boxes[2].name])]
+    assert take_from_broker(boxes[1].queue_name) == []

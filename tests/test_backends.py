@@ -31,14 +31,14 @@ def measure(url, backend, n=4, **workload):
     """Preflight, prompts, warmup, then one level of `n` requests on 2 streams with the server's
     /metrics sampled: (preflight, session's prompt pool, outcome, server telemetry)."""
     async def go():
-        session = Session(Target(url, backend), Workload(concurrency_levels=[2], requests_per_level=n, **workload))
+        load = Load(concurrency=2, requests=n)
+        session = Session(Target(url, backend), Workload(**workload), loads=[load])
         try:
             pf = await session.preflight()
             if not pf.ok:
                 return pf, None, None, None
             await session.prepare(pf.model)
-            outcome, _, server = await measure_observed(session, Load(concurrency=2, requests=n),
-                                                        metrics_interval_s=0.02)
+            outcome, _, server = await measure_observed(session, load, metrics_interval_s=0.02)
             return pf, session.prompts.pool, outcome, server
         finally:
             await session.close()

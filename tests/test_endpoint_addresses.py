@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings as hypothesis_settings, stra
 from benchmarks import services
 from benchmarks.engine import addresses
 from benchmarks.engine.addresses import AddressPolicy
-from benchmarks.engine.client import Session, Target, Workload
+from benchmarks.engine.client import Load, Session, Target, Workload
 from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run, endpoint_url_problem
 from conftest import ROOT, spawn_worker, stop_worker, worker_env
 from factories import endpoint, user
@@ -162,12 +162,13 @@ def test_the_worker_connects_to_the_address_it_checked_and_refuses_a_name_that_c
     fake_dns(monkeypatch, {"sim.test": rebinding})  # a name the system cannot resolve
 
     async def go():
-        session = Session(Target(f"http://sim.test:{port}", "vllm"),
-                          Workload(concurrency_levels=[2], warmup_requests=0, output_tokens=4))
+        load = Load(concurrency=2, requests=6)
+        session = Session(Target(f"http://sim.test:{port}", "vllm"), Workload(warmup_requests=0, output_tokens=4),
+                          loads=[load])
         try:
             pf = await session.preflight()
             await session.prepare(pf.model)
-            return pf, await session.measure_level(2, 6)
+            return pf, await session.measure(load)
         finally:
             await session.close()
 

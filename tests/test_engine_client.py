@@ -1,11 +1,16 @@
 """The load generator against the simulated server: known latencies come back, every kind of
 server fault becomes a recorded error with its cause, never an exception."""
 import asyncio
+import importlib.metadata
+import re
 import time
+from pathlib import Path
 
 import pytest
 
-from benchmarks.engine.client import Session, Target, Timeouts, Workload
+from benchmarks.engine.client import (OPEN_LOOP_MAX_IN_FLIGHT, SPARE_CONNECTIONS, Load, Session, Target, Timeouts,
+                                      Workload)
+from benchmarks.engine import transport
 from benchmarks.engine.metrics import percentile, summarize_level
 from conftest import free_port
 from scripts.bench_accuracy import TracedSession  # notes each request's prompt, to find it in the truth
@@ -22,17 +27,17 @@ CLOCK_EPS = 0.001
 
 def measure(url, backend="vllm", levels=(1,), n=8, timeouts=None, model="", **workload):
     async def go():
-        wl = Workload(concurrency_levels=list(levels), requests_per_level=n, **workload)
-        session = TracedSession(Target(url, backend, model=model), wl, timeouts)
+        loads = [Load(concurrency=c, requests=n) for c in levels]
+        session = TracedSession(Target(url, backend, model=model), Workload(**workload), timeouts, loads=loads)
         try:
             pf = await session.preflight()
             if not pf.ok:
                 return pf, []
             await session.prepare(pf.model)
             outcomes = []
-            for c in levels:
+            for load in loads:
                 session.prompt_of = {}
-                outcome = await session.measure_level(c, n)
+                outcome = await session.measure(load)
                 outcome.prompt_of = session.prompt_of
                 outcomes.append(outcome)
             return pf, outcomes
@@ -183,6 +188,43 @@ def test_a_level_reuses_its_pooled_connections_and_closing_the_session_closes_th
     assert sim.stats()["open_connections"] == 0  # the server saw every one of them closed
 
 
+def test_the_pool_is_sized_from_the_loads_a_closed_loop_of_12_opens_exactly_12_connections(simulator):
+    sim = simulator(decode_ms=5)
+    _, [outcome] = measure(sim.url, levels=(12,), n=36, output_tokens=10)
+    assert len(outcome.results) == 36 and all(r.ok for r in outcome.results)
+    spans = [(r.sent, r.finished) for r in outcome.results]
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) == 12
+    # Preflight, prompts and warmup on one connection, which the level then reuses among its 12.
+    assert sim.stats()["connections"] == 12, sim.stats()
+
+
+def test_each_kind_of_load_sizes_the_pool_for_the_requests_it_can_have_in_flight():
+    def pool(*loads):
+        return Session(Target("http://127.0.0.1:9", "vllm"), Workload(), loads=loads).max_connections
+    assert pool(Load(concurrency=1), Load(concurrency=40), Load(concurrency=8)) == 40 + SPARE_CONNECTIONS
+    assert pool(Load(concurrency=6, rate=50)) == 6 + SPARE_CONNECTIONS  # the cap bounds an open loop
+    assert pool(Load(concurrency=0, rate=2)) == OPEN_LOOP_MAX_IN_FLIGHT + SPARE_CONNECTIONS  # no cap: the ceiling
+    assert pool() == 1 + SPARE_CONNECTIONS
+
+
+def test_a_load_wider_than_the_sessions_pool_is_refused_before_any_request(simulator):
+    sim = simulator(decode_ms=1)
+
+    async def go():
+        s = Session(Target(sim.url, "vllm"), Workload(output_tokens=3, warmup_requests=0),
+                    loads=[Load(concurrency=4, requests=4)])
+        try:
+            await s.prepare((await s.preflight()).model)
+            sent = sim.stats()["requests"]
+            with pytest.raises(ValueError, match="12 concurrent needs 12 connections; this session's pool holds 4"):
+                await s.measure(Load(concurrency=12, requests=12))
+            return sent
+        finally:
+            await s.close()
+    sent = asyncio.run(go())
+    assert sim.stats()["requests"] == sent  # not a level quietly capped at the pool's size
+
+
 def test_requests_that_stop_short_are_flagged(simulator):
     sim = simulator(decode_ms=1, eos_after=4)
 
@@ -202,7 +244,7 @@ def test_requests_that_stop_short_are_flagged(simulator):
 def run_load(url, load, backend="vllm", **workload):
 
     async def go():
-        s = Session(Target(url, backend), Workload(**workload))
+        s = Session(Target(url, backend), Workload(**workload), loads=[load])
         await s.prepare((await s.preflight()).model)
         out = await s.measure(load)
         await s.close()
@@ -211,7 +253,6 @@ def run_load(url, load, backend="vllm", **workload):
 
 
 def test_a_constant_rate_sends_on_schedule(simulator):
-    from benchmarks.engine.client import Load
     # Each request takes ~55 ms, longer than the 20 ms between sends: a client that waited for
     # answers would fall further behind with every request (0.6 s by the last).
     sim = simulator(decode_ms=10)
@@ -226,7 +267,6 @@ def test_a_constant_rate_sends_on_schedule(simulator):
 
 
 def test_poisson_arrivals_average_the_asked_rate_and_respect_the_duration(simulator):
-    from benchmarks.engine.client import Load
     sim = simulator(decode_ms=1)
     out = run_load(sim.url, Load(concurrency=0, rate=100, duration_s=1.0), output_tokens=3, seed=7)
     sched = [r.scheduled for r in out.results]
@@ -237,7 +277,6 @@ def test_poisson_arrivals_average_the_asked_rate_and_respect_the_duration(simula
 
 
 def test_a_concurrency_cap_bounds_requests_in_flight(simulator):
-    from benchmarks.engine.client import Load
     sim = simulator(decode_ms=10)
     out = run_load(sim.url, Load(concurrency=2, rate=200, arrivals="constant", requests=10), output_tokens=5)
     spans = [(r.sent, r.finished) for r in out.results]
@@ -247,7 +286,6 @@ def test_a_concurrency_cap_bounds_requests_in_flight(simulator):
 
 
 def test_a_closed_loop_bounded_by_duration_stops_sending(simulator):
-    from benchmarks.engine.client import Load
     sim = simulator(decode_ms=5)
     out = run_load(sim.url, Load(concurrency=2, duration_s=0.5), output_tokens=5)
     assert len(out.results) >= 6
@@ -273,3 +311,11 @@ def test_chat_with_reasoning_reports_the_first_answer_token_separately(simulator
         assert gaps[-1] <= t["chunks"][4] - due[0] + CLOCK_EPS
         least.append(due[4] - t["chunks"][0])
     assert percentile(gaps, 50) >= percentile(least, 50) - CLOCK_EPS
+
+
+def test_the_installed_httpcore_is_the_one_whose_pool_internals_the_transport_overrides():
+    # transport._Pool replaces httpcore's private pool bookkeeping: another httpcore may have
+    # moved what it relies on. Moving the pin means reading that version's connection pool.
+    assert importlib.metadata.version("httpcore") == transport.HTTPCORE_VERSION
+    requirements = (Path(__file__).parent.parent / "requirements.txt").read_text()
+    assert re.findall(r"^httpcore==(\S+)$", requirements, re.M) == [transport.HTTPCORE_VERSION]

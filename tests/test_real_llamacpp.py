@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from django.urls import reverse
 
-from benchmarks.engine.client import Session, Target, Workload
+from benchmarks.engine.client import Load, Session, Target, Workload
 from benchmarks.engine.metrics import summarize_level
 from benchmarks.models import Run
 from factories import endpoint, run_form, user
@@ -16,14 +16,13 @@ pytestmark = pytest.mark.real_server
 
 def test_decode_speed_agrees_with_the_servers_own_timings(llama_server):
     async def go():
-        wl = Workload(prompt_tokens=128, output_tokens=48, concurrency_levels=[1], requests_per_level=4,
-                      warmup_requests=1)
-        s = Session(Target(llama_server, "llamacpp"), wl)
+        wl = Workload(prompt_tokens=128, output_tokens=48, warmup_requests=1)
+        s = Session(Target(llama_server, "llamacpp"), wl, loads=[Load(concurrency=1, requests=4)])
         pf = await s.preflight()
         assert pf.ok, pf.cause
         await s.prepare(pf.model)
         assert s.prompts.pool, "prompts are built with the server's own /tokenize"
-        outcome = await s.measure_level(1, 4)
+        outcome = await s.measure(Load(concurrency=1, requests=4))
         await s.close()
         return outcome
     outcome = asyncio.run(go())

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from django.urls import reverse
 
-from benchmarks.engine.client import Session, Target, Workload
+from benchmarks.engine.client import Load, Session, Target, Workload
 from benchmarks.engine.metrics import summarize_level
 from benchmarks.models import RequestRecord, Run
 from conftest import LLM_SERVERS, ROOT, free_port, wait_http
@@ -101,9 +101,8 @@ def settled(url: str) -> dict[str, float]:
 
 
 def session_for(url: str, levels: list[int], n: int) -> Session:
-    wl = Workload(prompt_tokens=PROMPT, output_tokens=OUTPUT, concurrency_levels=levels,
-                  requests_per_level=n, warmup_requests=2)
-    return Session(Target(url, "vllm"), wl)
+    wl = Workload(prompt_tokens=PROMPT, output_tokens=OUTPUT, warmup_requests=2)
+    return Session(Target(url, "vllm"), wl, loads=[Load(concurrency=c, requests=n) for c in levels])
 
 
 def test_the_engine_measures_real_vllm(vllm_server):
@@ -115,7 +114,7 @@ def test_the_engine_measures_real_vllm(vllm_server):
         await s.prepare(pf.model)
         assert s.prompts.pool, "prompts are built with the server's own /tokenize"
         assert s.prompts.offset == 0, "Qwen2 adds no BOS: token ids go through as sent"
-        outcomes = [await s.measure_level(c, 6) for c in (1, 4)]
+        outcomes = [await s.measure(Load(concurrency=c, requests=6)) for c in (1, 4)]
         await s.close()
         return outcomes
 
@@ -151,7 +150,7 @@ def test_ttft_and_decode_agree_with_vllms_own_metrics(vllm_server):
         open_connections = s.open_connections
 
         async def open_then_snapshot(k: int) -> None:
-            # measure_level opens its connections with tiny requests first (1 token each: they
+            # measure opens its connections with tiny requests first (1 token each: they
             # would land in vLLM's TTFT histogram); the "before" snapshot comes after them.
             await open_connections(k)
             before[k] = await asyncio.to_thread(settled, vllm_server)
@@ -159,7 +158,7 @@ def test_ttft_and_decode_agree_with_vllms_own_metrics(vllm_server):
         s.open_connections = open_then_snapshot
         for c in (1, 4):
             for attempt in range(1, MAX_ATTEMPTS + 1):
-                outcome = await s.measure_level(c, n)
+                outcome = await s.measure(Load(concurrency=c, requests=n))
                 after = await asyncio.to_thread(settled, vllm_server)
                 problem = compare_level(outcome, before[c], after, n)
                 if problem is None:

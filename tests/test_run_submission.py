@@ -1,12 +1,16 @@
 """Submitting a run from the form: validation, login, and what the service creates."""
 import os
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from django.urls import reverse
 
+from benchmarks import services
 from benchmarks.forms import RunForm
 from benchmarks.models import Run
 from factories import endpoint, run_form, user
+from v100site.celery import app
 
 pytestmark = pytest.mark.django_db
 
@@ -95,23 +99,26 @@ def test_bad_input_redisplays_the_form_with_messages_and_keeps_values(client):
     assert not Run.objects.exists()
 
 
+def take_from_broker(queue: str) -> list[tuple[str, list]]:
+    """Every message on `queue` of the real test broker, taken off it, as (task name, args)."""
+    taken = []
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            args, _kwargs, _embed = message.decode()  # Celery's message protocol 2
+            taken.append((message.headers["task"], args))
+    return taken
+
+
 @pytest.fixture
 def private_queue(settings):
     """The shared queue renamed to one that no worker consumes, on the real test broker: what a
     submission sends stays there to be read. Returns a function that takes every message off it
     as (task name, args)."""
-    from v100site.celery import app
-
     queue = settings.CELERY_TASK_DEFAULT_QUEUE = f"test-submission-{os.getpid()}"
 
     def take() -> list[tuple[str, list]]:
-        taken = []
-        with app.connection_for_write() as conn:
-            channel = conn.default_channel
-            while (message := channel.basic_get(queue, no_ack=True)) is not None:
-                args, _kwargs, _embed = message.decode()  # Celery's message protocol 2
-                taken.append((message.headers["task"], args))
-        return taken
+        return take_from_broker(queue)
 
     take()
     yield take
@@ -151,6 +158,28 @@ def test_a_run_reaches_the_broker_only_when_its_transaction_commits(private_queu
     assert private_queue() == [] and Run.objects.count() == 1  # nothing sent for a run that never was
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_sweeper_re_sends_lost_runs_to_the_queue_each_was_first_sent_to(private_queue, settings):
+    settings.HOST_QUEUES = True
+    e = endpoint(host=f"sweep-box-{os.getpid()}")
+    on_host = services.run_create(owner=user(), endpoints=[e], prompt_tokens=8, output_tokens=8, temperature=0.7,
+                                  concurrency_levels=[1], requests_per_level=1, warmup_requests=0)
+    host_queue = e.host.queue_name
+    assert on_host.queue_name == host_queue and take_from_broker(host_queue) == [("benchmarks.run_execute", [on_host.id])]
+    # Lost by the broker: one queued run never sent, one running run whose worker stopped
+    # beating (and a row from before queue names, which goes to the shared queue).
+    Run.objects.filter(id=on_host.id).update(enqueued_at=None)
+    stale = Run.objects.create(prompt_tokens=1, output_tokens=1, temperature=0, concurrency_levels=[1],
+                               requests_per_level=1, warmup_requests=0, status=Run.RUNNING, queue_name="",
+                               heartbeat=timezone.now() - timedelta(seconds=settings.RUN_HEARTBEAT_STALE_S + 60))
+    assert services.runs_requeue() == 2
+    assert take_from_broker(host_queue) == [("benchmarks.run_execute", [on_host.id])]
+    assert private_queue() == [("benchmarks.run_execute", [stale.id])]
+    assert not Run.objects.filter(id__in=[on_host.id, stale.id], enqueued_at=None).exists()
+    assert services.runs_requeue() == 1  # the stale run again; the queued one was just sent
+    assert private_queue() == [("benchmarks.run_execute", [stale.id])] and take_from_broker(host_queue) == []
+
+
 def test_it_routes_to_the_host_queue_when_host_queues_are_on(settings):
     from benchmarks.services import queue_for
     settings.HOST_QUEUES = True
@@ -161,7 +190,6 @@ def test_it_routes_to_the_host_queue_when_host_queues_are_on(settings):
 
 
 def test_permalinks_are_long_and_random():
-    e = endpoint()
     ids = set()
     for _ in range(20):
         run = Run.objects.create(prompt_tokens=1, output_tokens=1, temperature=0, concurrency_levels=[1],

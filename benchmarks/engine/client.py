@@ -3,8 +3,9 @@ SGLang or another compatible server: each one's dialect is in `backends/`), with
 streaming.
 
 A `Session` is one endpoint measured with one workload: preflight, prompt building with the
-server's own tokenizer, warmup, then one call of `measure_level` per concurrency level. It
-keeps one httpx client (and so one warm connection pool) for all of it.
+server's own tokenizer, warmup, then one call of `measure` per load level (a `Load`). It
+keeps one httpx client (and so one warm connection pool, sized for the widest of the loads it
+is given) for all of it.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 import httpx
 
@@ -66,11 +67,12 @@ class Target:
 
 @dataclass
 class Workload:
+    """What every level of a run shares. The levels themselves (streams or rate, how many
+    requests, how long) are each a `Load`."""
+
     prompt_tokens: int = 512
     output_tokens: int = 100
     temperature: float = 0.7
-    concurrency_levels: list[int] = field(default_factory=lambda: [1, 8])
-    requests_per_level: int = 16
     warmup_requests: int = 2
     api: str = "completions"
     seed: int | None = None
@@ -128,7 +130,7 @@ class PromptFactory:
     def sent_tokens(self, prompt: list[int] | str) -> int | None:
         return len(prompt) if isinstance(prompt, list) else None
 
-    def calibrate(self, prompt: list[int] | str, asked: int, usage_prompt_tokens: int | None) -> None:
+    def calibrate(self, prompt: list[int] | str, usage_prompt_tokens: int | None) -> None:
         """Learn from a warmup request's usage how the server counts what we send."""
         if not usage_prompt_tokens:
             return
@@ -150,11 +152,20 @@ class LevelOutcome:
     client: dict = field(default_factory=dict)  # how busy the client itself was
 
 
+# A session's pool holds this many connections beyond its widest level's: the server's
+# /metrics scrape and identity calls share the pool and never wait behind a level's requests.
+SPARE_CONNECTIONS = 4
+# An open loop without a cap has no bound of its own on the requests in flight: this is it
+# (the pool's size; a request past it waits for a connection, and its send lag shows it).
+OPEN_LOOP_MAX_IN_FLIGHT = 256
+
+
 @dataclass
 class Load:
-    """One load level: a closed loop of `concurrency` streams, or an open loop at `rate`
-    requests/s (poisson or constant arrivals, optionally capped at `concurrency` in flight).
-    Bounded by `requests` or by `duration_s` (whichever comes first when both are given)."""
+    """One load level, the only description of one: a closed loop of `concurrency` streams,
+    or an open loop at `rate` requests/s (poisson or constant arrivals, optionally capped at
+    `concurrency` in flight). Bounded by `requests` or by `duration_s` (whichever comes first
+    when both are given)."""
 
     concurrency: int = 1
     rate: float | None = None
@@ -168,6 +179,14 @@ class Load:
             return f"{self.concurrency} concurrent"
         cap = f", at most {self.concurrency} in flight" if self.concurrency else ""
         return f"{self.rate:g} req/s {self.arrivals}{cap}"
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests this level can have in flight at once: its streams, its cap, or
+        OPEN_LOOP_MAX_IN_FLIGHT for an open loop without a cap."""
+        if self.rate is None or self.concurrency:
+            return max(1, self.concurrency)
+        return OPEN_LOOP_MAX_IN_FLIGHT
 
 
 ProgressCallback = Callable[[RequestResult], Awaitable[bool]]  # returns False to stop the run
@@ -192,14 +211,16 @@ async def until_stopped(awaitable: Awaitable, should_stop: Callable[[], bool], p
 
 
 class Session:
-    """`addresses` says where requests may go (default: anywhere but the blocked ranges). A
-    target that cannot be used as given (a backend the registry does not hold, a base URL the
-    policy refuses or httpx cannot parse, an API key no HTTP header can carry) fails the
-    preflight with the reason, and no request is sent; the constructor itself never raises
-    for it."""
+    """`loads` are the levels this session will measure: its connection pool holds the widest
+    one's requests in flight (plus SPARE_CONNECTIONS), and `measure` refuses a load wider than
+    that rather than let the pool quietly cap it. `addresses` says where requests may go
+    (default: anywhere but the blocked ranges). A target that cannot be used as given (a
+    backend the registry does not hold, a base URL the policy refuses or httpx cannot parse,
+    an API key no HTTP header can carry) fails the preflight with the reason, and no request
+    is sent; the constructor itself never raises for it."""
 
     def __init__(self, target: Target, workload: Workload, timeouts: Timeouts | None = None,
-                 max_connections: int | None = None, addresses: AddressPolicy | None = None):
+                 loads: Sequence[Load] = (), addresses: AddressPolicy | None = None):
         self.target = target
         self.workload = workload
         self.timeouts = timeouts or Timeouts()
@@ -221,7 +242,7 @@ class Session:
                                                            "(only ASCII is possible)"))
         self.rng = random.Random(workload.seed)
         self.prompts = PromptFactory(None, self.rng)
-        limit = max_connections or max(workload.concurrency_levels) + 4
+        limit = max((load.max_in_flight for load in loads), default=1) + SPARE_CONNECTIONS
         self.max_connections = limit
         limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
         self.client = httpx.AsyncClient(
@@ -315,13 +336,13 @@ class Session:
             prompt = self.prompts.make(self.workload.prompt_tokens)
             result = await self.send(-1 - i, prompt, self.workload.output_tokens, time.perf_counter())
             if result.ok:
-                self.prompts.calibrate(prompt, self.workload.prompt_tokens, result.prompt_tokens)
+                self.prompts.calibrate(prompt, result.prompt_tokens)
         if self.workload.warmup_requests == 0:
             # Still learn how the server counts prompts, with one short request.
             prompt = self.prompts.make(self.workload.prompt_tokens)
             result = await self.send(-1, prompt, 1, time.perf_counter())
             if result.ok:
-                self.prompts.calibrate(prompt, self.workload.prompt_tokens, result.prompt_tokens)
+                self.prompts.calibrate(prompt, result.prompt_tokens)
         return finding
 
     def body(self, prompt: list[int] | str, max_tokens: int) -> dict:
@@ -480,10 +501,6 @@ class Session:
 
         await asyncio.gather(*(tiny() for _ in range(n)))
 
-    async def measure_level(self, concurrency: int, n_requests: int,
-                            progress: ProgressCallback | None = None) -> LevelOutcome:
-        return await self.measure(Load(concurrency=concurrency, requests=n_requests), progress)
-
     @staticmethod
     def streams_for(load: Load) -> int:
         """Connections a level needs open before it starts."""
@@ -494,7 +511,11 @@ class Session:
         """Measure one load level. Connections are opened first (unless the caller already
         did: `open_pool=False`), so that connection setup never lands in a measured TTFT.
         `should_stop` is polled every 0.2 s: when it says so, the requests in flight are
-        cancelled at once and Cancelled is raised."""
+        cancelled at once and Cancelled is raised. A load wider than the session's pool (see
+        `loads`) raises ValueError before any request."""
+        if load.max_in_flight > self.max_connections - SPARE_CONNECTIONS:
+            raise ValueError(f"{load.label} needs {load.max_in_flight} connections; this session's pool holds "
+                             f"{self.max_connections - SPARE_CONNECTIONS}: give the Session its loads")
         if open_pool:
             await self.open_connections(self.streams_for(load))
         monitor = ClientMonitor()

@@ -40,6 +40,13 @@ _TIMESPEC = struct.Struct("@ll")  # struct timespec
 _READ_SIZE = 65536
 _MAX_BUFFERED = 1 << 20  # stop reading the socket (backpressure) past this much unread data
 
+# `_Pool` overrides httpcore's private pool bookkeeping (`_assign_requests_to_connections` and
+# the `_connections` / `_requests` lists it works on) and `endpoint_transport` replaces the
+# pool of httpx's transport: both are written against this httpcore, pinned in requirements.txt.
+# tests/test_engine_client.py fails when another one is installed: read its
+# `_async/connection_pool.py` before moving the pin.
+HTTPCORE_VERSION = "1.0.9"
+
 
 def endpoint_transport(base_url: str, limits: httpx.Limits,
                        policy: addresses.AddressPolicy) -> httpx.AsyncHTTPTransport | None:
