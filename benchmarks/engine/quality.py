@@ -230,7 +230,10 @@ class Scorer:
                 i = queue.get_nowait()
                 window, scored = windows.windows[i], []
                 for j in range(windows.first, windows.n_ctx - 1):
-                    scored.append(await self._forced_step(window[:j + 1], window[j + 1], slot))
+                    # A window starts from an empty cache, as llama-perplexity clears it per chunk
+                    # (a slot warm from another window gave 1 % off); its later steps reuse it.
+                    scored.append(await self._forced_step(window[:j + 1], window[j + 1], slot,
+                                                          reuse=j > windows.first))
                     if progress is not None:
                         progress(1)
                 results[i] = scored
@@ -245,10 +248,10 @@ class Scorer:
         except (httpx.HTTPError, ValueError, TypeError, AttributeError):
             return 1
 
-    async def _forced_step(self, prompt: list[int], actual: int, slot: int) -> Position:
+    async def _forced_step(self, prompt: list[int], actual: int, slot: int, reuse: bool = True) -> Position:
         answer = await self.post("/completion", {
             "prompt": prompt, "n_predict": 1, "n_probs": self.top_k, "temperature": 0.0,
-            "cache_prompt": True, "id_slot": slot, "logit_bias": [[actual, 1000.0]]})
+            "cache_prompt": reuse, "id_slot": slot, "logit_bias": [[actual, 1000.0]]})
         try:
             prob = answer["completion_probabilities"][0]
             sampled, logprob = int(prob["id"]), float(prob["logprob"])

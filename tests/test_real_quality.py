@@ -1,0 +1,99 @@
+"""Quality through real servers: the product's perplexity through llama-server equals
+llama-perplexity's on the same GGUF, text and windows; requantized variants of the same model
+come out in the order physics expects (Q2_K clearly worse, a Q8_0 copy of the Q4_K_M file close
+to zero KL against it)."""
+import asyncio
+import os
+import re
+import subprocess
+
+import httpx
+import pytest
+
+from benchmarks.engine import quality
+from conftest import LLM_SERVERS, ROOT, free_port, wait_http
+
+pytestmark = pytest.mark.real_server
+N_CTX, CHUNKS = 128, 3
+
+
+def script(*args) -> str:
+    return subprocess.run(["bash", str(LLM_SERVERS), *args], check=True, capture_output=True, text=True,
+                          timeout=1800).stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("quality") / "pydoc-topics.txt"
+    path.write_text(quality.builtin_text(max_chars=40_000).text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def gemma_servers():
+    """llama-server for the Q4_K_M file and for its Q8_0 and Q2_K requantized copies."""
+    models = {"Q4_K_M": script("model"), "Q8_0": script("variant", "Q8_0"), "Q2_K": script("variant", "Q2_K")}
+    procs, urls = [], {}
+    try:
+        for name, path in models.items():
+            port = free_port()
+            log = ROOT / "var" / f"test-quality-{name}-{os.getpid()}.log"
+            # --swa-full: Gemma 3's sliding-window layers otherwise cannot reuse a slot's cache,
+            # and each teacher-forcing step would compute its whole prefix again.
+            proc = subprocess.Popen(["bash", str(LLM_SERVERS), "serve", str(port), "--parallel", "2", "-c", "1024",
+                                     "-t", "2", "--swa-full"], stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+                                    env={**os.environ, "LLAMA_SERVER_MODEL": path,
+                                         "LLAMA_SERVER_LOG": str(log.with_suffix(".server.log"))})
+            procs.append(proc)
+            urls[name] = f"http://127.0.0.1:{port}"
+            wait_http(urls[name] + "/health", 120, proc)
+        yield models, urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(15)
+
+
+def measure(url, text_file, reference=None):
+    async def go():
+        async with httpx.AsyncClient(timeout=300) as client:
+            return await quality.measure(client, url, "llamacpp", quality.file_text(text_file), n_ctx=N_CTX,
+                                         chunks=CHUNKS, reference=reference, agreement_prompts=3)
+    return asyncio.run(go())
+
+
+def llama_perplexity(model: str, text_file) -> float:
+    out = subprocess.run([f"{script('tools')}/llama-perplexity", "-m", model, "-f", str(text_file), "-c", str(N_CTX),
+                          "--chunks", str(CHUNKS), "-t", "2"], capture_output=True, text=True, timeout=600)
+    found = re.search(r"Final estimate: PPL = ([0-9.]+)", out.stdout + out.stderr)
+    assert found, (out.stdout + out.stderr)[-2000:]
+    return float(found.group(1))
+
+
+def test_perplexity_through_the_server_equals_llama_perplexity_within_1_percent(gemma_servers, text_file):
+    models, urls = gemma_servers
+    ours = measure(urls["Q4_K_M"], text_file)
+    theirs = llama_perplexity(models["Q4_K_M"], text_file)
+    assert ours.tokens_scored == CHUNKS * (N_CTX - 1 - N_CTX // 2)
+    assert ours.perplexity == pytest.approx(theirs, rel=0.01), (ours.perplexity, theirs)
+    print(f"\nperplexity: server {ours.perplexity:.4f}, llama-perplexity {theirs:.4f}; "
+          f"{ours.tokens_per_s:.1f} tokens scored/s")
+
+
+def test_variants_rank_as_their_precision_says(gemma_servers, text_file):
+    _, urls = gemma_servers
+    reference = (urls["Q4_K_M"], "llamacpp", "")
+    q8 = measure(urls["Q8_0"], text_file, reference)
+    q2 = measure(urls["Q2_K"], text_file, reference)
+    base = q8.reference["perplexity"]
+    # The reference was scored twice, on slots left warm by other windows: the same figure.
+    assert q2.reference["perplexity"] == pytest.approx(base, rel=1e-9)
+    # A Q8_0 copy of the Q4_K_M weights is nearly the same model; Q2_K throws half the bits away.
+    assert q8.reference["kl_mean"] < 0.02 and q8.reference["same_top_share"] > 0.9
+    assert q2.reference["kl_mean"] > 5 * q8.reference["kl_mean"]
+    assert q2.perplexity > 1.05 * base and abs(q8.perplexity - base) < 0.02 * base
+    assert q2.reference["same_top_share"] < q8.reference["same_top_share"]
+    assert q2.reference["greedy"]["identical_token_share"] <= q8.reference["greedy"]["identical_token_share"]
+    print(f"\nQ8_0: ppl {q8.perplexity:.3f}, KL {q8.reference['kl_mean']:.5f}, same top "
+          f"{q8.reference['same_top_share']:.3f}; Q2_K: ppl {q2.perplexity:.3f}, KL {q2.reference['kl_mean']:.4f}, "
+          f"same top {q2.reference['same_top_share']:.3f}; reference Q4_K_M ppl {base:.3f}")
