@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -155,6 +156,35 @@ def llama_server():
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def vllm_server():
+    """`scripts/llm-servers.sh vllm-serve` on a free port; stopped after the session. The setup
+    is idempotent (instant when cached, a few minutes on a fresh machine)."""
+    subprocess.run(["bash", str(LLM_SERVERS), "vllm-setup"], check=True, stdout=subprocess.DEVNULL,
+                   timeout=1800)
+    port = free_port()
+    (ROOT / "var").mkdir(exist_ok=True)
+    log = open(ROOT / "var" / "test-vllm.log", "w")
+    # Its own process group: vLLM starts an engine-core and a worker process under it.
+    proc = subprocess.Popen(["bash", str(LLM_SERVERS), "vllm-serve", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_http(url + "/health", 240, proc)  # ~75-100 s here: imports, torch.compile, warmup
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; see var/test-vllm.log") from exc
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
 
 
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -3,6 +3,8 @@ llama-perplexity's on the same GGUF, text and windows; requantized variants of t
 come out in the order physics expects (Q2_K clearly worse, a Q8_0 copy of the Q4_K_M file close
 to zero KL against it)."""
 import asyncio
+import json
+import math
 import os
 import re
 import subprocess
@@ -97,3 +99,43 @@ def test_variants_rank_as_their_precision_says(gemma_servers, text_file):
     print(f"\nQ8_0: ppl {q8.perplexity:.3f}, KL {q8.reference['kl_mean']:.5f}, same top "
           f"{q8.reference['same_top_share']:.3f}; Q2_K: ppl {q2.perplexity:.3f}, KL {q2.reference['kl_mean']:.4f}, "
           f"same top {q2.reference['same_top_share']:.3f}; reference Q4_K_M ppl {base:.3f}")
+
+
+TRANSFORMERS_NLL = r"""
+import json, sys, torch
+from transformers import AutoModelForCausalLM
+windows, first = json.loads(sys.stdin.read())
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.bfloat16).eval()
+nll = []
+with torch.no_grad():
+    for w in windows:
+        logits = model(torch.tensor([w])).logits[0].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        nll += [-logp[j, w[j + 1]].item() for j in range(first, len(w) - 1)]
+print(json.dumps(nll))
+"""
+
+
+def test_perplexity_through_vllm_prompt_logprobs_equals_transformers_within_half_a_percent(vllm_server, text_file):
+    async def go():
+        async with httpx.AsyncClient(timeout=300) as client:
+            scorer = quality.Scorer(client, vllm_server, "vllm", "tiny-qwen2")
+            text = quality.file_text(text_file).text
+            windows = quality.make_windows(await scorer.tokenize(text, special=True),
+                                           await scorer.tokenize(text, special=False), N_CTX, CHUNKS)
+            result = await quality.measure(client, vllm_server, "vllm", quality.file_text(text_file),
+                                           model="tiny-qwen2", n_ctx=N_CTX, chunks=CHUNKS)
+            return windows, result
+    windows, ours = asyncio.run(go())
+    venv = script("vllm-setup")
+    model_dir = os.path.expanduser(os.environ.get("LLM_SERVERS_CACHE", "~/.cache/llm-servers")) + "/tiny-qwen2"
+    done = subprocess.run([f"{venv}/bin/python", "-c", TRANSFORMERS_NLL, model_dir],
+                          input=json.dumps([windows.windows, windows.first]), capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    nll = json.loads(done.stdout)
+    theirs = math.exp(sum(nll) / len(nll))
+    assert ours.tokens_scored == len(nll)
+    assert ours.perplexity == pytest.approx(theirs, rel=0.005), (ours.perplexity, theirs)
+    print(f"\nvLLM prompt_logprobs perplexity {ours.perplexity:.2f}, transformers {theirs:.2f}; "
+          f"{ours.tokens_per_s:.0f} tokens scored/s")

@@ -3,10 +3,7 @@ Qwen2 tokenizer on the CPU (`scripts/llm-servers.sh vllm-setup` / `vllm-serve`; 
 sets it up and caches it). The text it writes is nonsense; the protocol, /tokenize, continuous
 batching, usage and /metrics are vLLM's own."""
 import asyncio
-import os
 import re
-import signal
-import subprocess
 import time
 
 import httpx
@@ -16,7 +13,6 @@ from django.urls import reverse
 from benchmarks.engine.client import Load, Session, Target, Workload
 from benchmarks.engine.metrics import summarize_level
 from benchmarks.models import RequestRecord, Run
-from conftest import LLM_SERVERS, ROOT, free_port, wait_http
 from factories import endpoint, run_form, user
 from test_worker import wait_finished
 
@@ -45,35 +41,6 @@ TTFT_OVERHEAD_MAX_S = 0.100
 # systematic one (it disagrees on every attempt).
 STALL_MS = 50.0
 MAX_ATTEMPTS = 3
-
-
-@pytest.fixture(scope="session")
-def vllm_server():
-    """`scripts/llm-servers.sh vllm-serve` on a free port; stopped after the session. The setup
-    is idempotent (instant when cached, a few minutes on a fresh machine)."""
-    subprocess.run(["bash", str(LLM_SERVERS), "vllm-setup"], check=True, stdout=subprocess.DEVNULL,
-                   timeout=1800)
-    port = free_port()
-    (ROOT / "var").mkdir(exist_ok=True)
-    log = open(ROOT / "var" / "test-vllm.log", "w")
-    # Its own process group: vLLM starts an engine-core and a worker process under it.
-    proc = subprocess.Popen(["bash", str(LLM_SERVERS), "vllm-serve", str(port)], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        try:
-            wait_http(url + "/health", 240, proc)  # ~75-100 s here: imports, torch.compile, warmup
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}; see var/test-vllm.log") from exc
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def scrape(url: str) -> dict[str, float]:
