@@ -270,7 +270,7 @@ def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_in
                           first_content=r.first_content, first_answer=r.first_answer,
                           end=r.e2e, chunk_times=r.chunk_times, prompt_tokens=r.prompt_tokens,
                           output_tokens=r.output_tokens, client_output_tokens=r.client_output_tokens,
-                          finish_reason=r.finish_reason or "", timings=r.timings,
+                          finish_reason=(r.finish_reason or "")[:30], timings=r.timings,
                           status_code=r.status_code, error=r.error, error_kind=r.error_kind)
             for r in outcome.results], batch_size=500)
         stored = RequestRecord.objects.filter(level__run=run).count()

@@ -81,3 +81,17 @@ def test_a_server_streaming_one_endless_event_fails_its_requests_with_the_cause(
     assert run.status == Run.FAILED
     errors = {r.error for lv in run.levels.all() for r in lv.requests.all()}
     assert len(errors) == 1 and "grew past 1048576 bytes without ending" in errors.pop()
+
+
+def test_a_finish_reason_longer_than_the_column_does_not_lose_the_level():
+    from benchmarks.engine.client import LevelOutcome
+    from benchmarks.engine.metrics import RequestResult
+
+    e = endpoint("http://127.0.0.1:9", name="long-finish")
+    run = create_run([e], **SMALL)
+    reason = "stopped_because_of_a_rather_long_custom_reason_" * 2
+    results = [RequestResult(index=0, sent=0.0, prompt_tokens_asked=16, output_tokens_asked=4, first_content=0.01,
+                             chunk_times=[0.01, 0.02, 0.03, 0.04], chunk_tokens=[1] * 4, output_tokens=4,
+                             client_output_tokens=4, finish_reason=reason)]
+    level = services.level_store(run=run, endpoint=e, outcome=LevelOutcome(1, results, 1.7e9, 0.04))
+    assert level.requests.get().finish_reason == reason[:30]
