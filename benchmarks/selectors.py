@@ -5,13 +5,35 @@ public id, never by database id; with `hide_addresses` (anonymous readers, see
 decorators.hides_addresses) they carry no base URL, host:port or launch command either."""
 from __future__ import annotations
 
+import csv
+import io
 import re
 from typing import Callable
 from urllib.parse import urlsplit
 
 from django.db.models import QuerySet
+from django.http import Http404
 
-from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run
+from benchmarks.engine.metrics import RequestResult
+from benchmarks.models import Comparison, Decision, Endpoint, ImportedReport, LevelResult, RequestRecord, Run
+
+# What a permalink answers when no row has its id: the one not-found message of each kind.
+NOT_FOUND = {Run: "No run has this link.", ImportedReport: "No report has this link.",
+             Comparison: "No comparison has this link.", Decision: "No decision has this link."}
+# A public id as models.new_public_id makes them (URL-safe base64): anything else is not looked up.
+PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def by_public_id(queryset: QuerySet, public_id: str):
+    """The row of `queryset` behind a permalink, or Http404 with its kind's message: the one way
+    every page answers not-found. An id we could never have made (too long, a NUL, stray
+    characters) is answered the same, without a query."""
+    if isinstance(public_id, str) and PUBLIC_ID.fullmatch(public_id):
+        try:
+            return queryset.get(public_id=public_id)
+        except queryset.model.DoesNotExist:
+            pass
+    raise Http404(NOT_FOUND[queryset.model])
 
 
 def run_list(*, limit: int = 200) -> QuerySet[Run]:
@@ -23,7 +45,7 @@ def runs_in_flight(user) -> int:
 
 
 def run_by_public_id(public_id: str) -> Run:
-    return Run.objects.select_related("owner").get(public_id=public_id)
+    return by_public_id(Run.objects.select_related("owner"), public_id)
 
 
 def run_levels(run: Run) -> list[LevelResult]:
@@ -103,8 +125,10 @@ def run_server_config(run: Run, *, hide_addresses: bool = False) -> list[tuple[E
 
 
 def endpoint_ids_by_name(names: list[str]) -> list[int]:
-    """The ids of the enabled endpoints with these names (links that pre-fill the run form)."""
-    return list(Endpoint.objects.filter(enabled=True, name__in=names[:100]).values_list("id", flat=True))
+    """The ids of the enabled endpoints with these names (links that pre-fill the run form). A
+    name PostgreSQL cannot even compare (a NUL) names no endpoint."""
+    names = [n for n in names[:100] if "\x00" not in n]
+    return list(Endpoint.objects.filter(enabled=True, name__in=names).values_list("id", flat=True))
 
 
 def endpoints_for_runs() -> QuerySet[Endpoint]:
@@ -203,8 +227,6 @@ RESULT_COLUMNS = ("level_id", "index", "sent", "first_content", "end", "prompt_t
 
 
 def _as_result(row):
-    from benchmarks.engine.metrics import RequestResult
-
     _, index, sent, first, end, p_tok, o_tok, c_tok, timings, error = row
     return RequestResult(index=index, sent=sent, prompt_tokens_asked=0, output_tokens_asked=0, first_content=first,
                          chunk_times=[end] if end is not None else [], prompt_tokens=p_tok, output_tokens=o_tok,
@@ -297,9 +319,6 @@ def run_export(run: Run, *, hide_addresses: bool = False) -> dict:
 
 
 def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:
-    import csv
-    import io
-
     blank = address_hider(run.endpoints.all(), hide_addresses)
     error_at = REQUEST_FIELDS.index("error")
     out = io.StringIO()
@@ -324,31 +343,19 @@ def run_has_telemetry(run: Run, field: str) -> bool:
 
 
 def report_list():
-    from benchmarks.models import ImportedReport
-
     return ImportedReport.objects.select_related("uploaded_by").defer("report")[:200]
 
 
-def report_by_public_id(public_id: str):
-    from django.http import Http404
-
-    from benchmarks.models import ImportedReport
-
-    try:
-        return ImportedReport.objects.get(public_id=public_id)
-    except ImportedReport.DoesNotExist:
-        raise Http404("No report has this link.")
+def report_by_public_id(public_id: str) -> ImportedReport:
+    return by_public_id(ImportedReport.objects.all(), public_id)
 
 
-def comparison_by_public_id(public_id: str):
-    from django.http import Http404
+def comparison_by_public_id(public_id: str) -> Comparison:
+    return by_public_id(Comparison.objects.all(), public_id)
 
-    from benchmarks.models import Comparison
 
-    try:
-        return Comparison.objects.get(public_id=public_id)
-    except Comparison.DoesNotExist:
-        raise Http404("No comparison has this link.")
+def decision_by_public_id(public_id: str) -> Decision:
+    return by_public_id(Decision.objects.select_related("owner"), public_id)
 
 
 def comparison_series(comparison) -> list[dict]:

@@ -1,3 +1,6 @@
+from dataclasses import dataclass
+from typing import Callable
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -5,18 +8,20 @@ from django.http import Http404, HttpResponse, HttpResponseForbidden, JsonRespon
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from benchmarks import selectors, services
+from benchmarks import charts, selectors, services
+from benchmarks.compare import differences, ratio_sentences
 from benchmarks.decorators import hides_addresses, permalink
 from benchmarks.engine.metrics import METRIC_DEFINITIONS
 from benchmarks.forms import ComparisonForm, ImportForm, RunForm
+from benchmarks.importers import ReportFormatError
 from benchmarks.models import Run
 
 
-def _run_or_404(public_id: str) -> Run:
-    try:
-        return selectors.run_by_public_id(public_id)
-    except Run.DoesNotExist:
-        raise Http404("No run has this link.")
+def not_found(request, exception):
+    """Every 404 (handler404): the message a view raised Http404 with (selectors.NOT_FOUND says
+    which link kind has no row), or a plain one for an address no route knows."""
+    message = exception.args[0] if exception and exception.args and isinstance(exception.args[0], str) else ""
+    return render(request, "404.html", {"message": message or "There is nothing at this address."}, status=404)
 
 
 @login_required
@@ -52,7 +57,7 @@ def _prefill(params) -> dict:
 
 @permalink
 def run_detail(request, public_id: str):
-    run = _run_or_404(public_id)
+    run = selectors.run_by_public_id(public_id)
     hide = hides_addresses(request)
     return render(request, "benchmarks/run_detail.html", {
         "run": run,
@@ -65,22 +70,14 @@ def run_detail(request, public_id: str):
         "hide_addresses": hide,
         "can_cancel": selectors.run_cancel_allowed(run, request.user),
         "definitions": METRIC_DEFINITIONS,
-        "chart_list": _chart_list(run),
+        "chart_list": [(name, chart.title) for name, chart in CHARTS.items()
+                       if not chart.telemetry or selectors.run_has_telemetry(run, chart.telemetry)],
     })
-
-
-def _chart_list(run: Run) -> list[tuple[str, str]]:
-    names = [("throughput", "Throughput"), ("ttft", "TTFT"), ("tpot", "TPOT"), ("timeline", "Timeline")]
-    if selectors.run_has_telemetry(run, "gpu_series"):
-        names.append(("gpu", "GPU"))
-    if selectors.run_has_telemetry(run, "server_series"):
-        names.append(("server", "Server"))
-    return names
 
 
 @permalink
 def run_progress(request, public_id: str):
-    run = _run_or_404(public_id)
+    run = selectors.run_by_public_id(public_id)
     return JsonResponse({
         "status": run.status, "finished": run.is_finished, "done": run.progress_done,
         "total": run.progress_total, "percent": run.progress_percent, "note": run.progress_note,
@@ -91,7 +88,7 @@ def run_progress(request, public_id: str):
 @login_required
 @require_POST
 def run_cancel(request, public_id: str):
-    run = _run_or_404(public_id)
+    run = selectors.run_by_public_id(public_id)
     if not selectors.run_cancel_allowed(run, request.user):
         return HttpResponseForbidden("Only the member who queued this run, or a staff member, can cancel it.",
                                      content_type="text/plain; charset=utf-8")
@@ -102,50 +99,77 @@ def run_cancel(request, public_id: str):
     return redirect(run)
 
 
-CHARTS = ("throughput", "ttft", "tpot", "e2e", "timeline", "gpu", "server")
+# ---------------------------------------------------------------- charts
+@dataclass(frozen=True)
+class Chart:
+    """One chart of the run page: its title, what draws it (the run and the request's GET
+    parameters → a figure, or None when there is nothing to draw), and the telemetry field a
+    run must have for the page to offer it."""
+
+    title: str
+    build: Callable[[Run, dict], dict | None]
+    telemetry: str = ""
 
 
-def _chart(run: Run, name: str, params) -> dict | None:
-    from benchmarks import charts
-
-    if name == "throughput":
-        return charts.throughput_figure(selectors.run_series(run))
-    if name in ("ttft", "tpot", "e2e"):
-        title = {"ttft": "Time to first token", "tpot": "Time per output token", "e2e": "End-to-end latency"}[name]
+def _distribution(metric: str, title: str) -> Chart:
+    """Per level, the distribution of one request latency (a RequestResult property, seconds)."""
+    def build(run: Run, params) -> dict:
         groups = []
         results = selectors.run_results_by_level(run)
         for level in selectors.run_levels_with_endpoint(run):
-            values = [getattr(r, name) * 1000 for r in results.get(level.id, [])
-                      if r.ok and getattr(r, name) is not None]
+            values = [getattr(r, metric) * 1000 for r in results.get(level.id, [])
+                      if r.ok and getattr(r, metric) is not None]
             groups.append({"name": f"{level.endpoint.name} {level.load_label}", "values": values,
-                           "stats": level.summary.get(f"{name}_ms") or {}})
+                           "stats": level.summary.get(f"{metric}_ms") or {}})
         return charts.distribution_figure(f"{title} per level", "ms", groups)
-    if name == "timeline":
-        levels = selectors.run_levels_with_endpoint(run)
-        level = next((lv for lv in levels if lv.public_id == params.get("level")), levels[0] if levels else None)
-        if level is None:
-            return None
-        requests = [{"index": r.index, "sent": r.sent, "ttft": r.ttft, "e2e": r.e2e,
-                     "prompt_ms": (r.timings or {}).get("prompt_ms")} for r in selectors.level_results(level)]
-        return charts.timeline_figure(f"Requests of {level.endpoint.name} at {level.load_label}", requests)
-    if name == "gpu":
-        return charts.gpu_figure(selectors.telemetry_levels(run, "gpu_series"))
-    if name == "server":
-        return charts.server_figure(selectors.telemetry_levels(run, "server_series"))
-    return None
+    return Chart(title, build)
+
+
+def _timeline(run: Run, params) -> dict | None:
+    levels = selectors.run_levels_with_endpoint(run)
+    level = next((lv for lv in levels if lv.public_id == params.get("level")), levels[0] if levels else None)
+    if level is None:
+        return None
+    requests = [{"index": r.index, "sent": r.sent, "ttft": r.ttft, "e2e": r.e2e,
+                 "prompt_ms": (r.timings or {}).get("prompt_ms")} for r in selectors.level_results(level)]
+    return charts.timeline_figure(f"Requests of {level.endpoint.name} at {level.load_label}", requests)
+
+
+# The run's charts, in page order: the page's chart boxes and the chart endpoint both read this.
+CHARTS = {
+    "throughput": Chart("Throughput", lambda run, params: charts.throughput_figure(selectors.run_series(run))),
+    "ttft": _distribution("ttft", "Time to first token"),
+    "tpot": _distribution("tpot", "Time per output token"),
+    "e2e": _distribution("e2e", "End-to-end latency"),
+    "timeline": Chart("Timeline", _timeline),
+    "gpu": Chart("GPU", lambda run, params: charts.gpu_figure(selectors.telemetry_levels(run, "gpu_series")),
+                 telemetry="gpu_series"),
+    "server": Chart("Server", lambda run, params: charts.server_figure(selectors.telemetry_levels(run, "server_series")),
+                    telemetry="server_series"),
+}
+FIGURE_FORMATS = ("json", "csv")
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FIGURE_FORMATS:
+        raise Http404("Charts come as .json or .csv.")
+
+
+def _figure_response(fig: dict, fmt: str, stem: str) -> HttpResponse:
+    if fmt == "csv":
+        return _csv_response(charts.to_csv(fig), f"{stem}.csv")
+    return JsonResponse(fig)
 
 
 @permalink
 def run_chart(request, public_id: str, name: str, fmt: str):
-    from benchmarks.charts import to_csv
-
-    run = _run_or_404(public_id)
-    fig = _chart(run, name, request.GET) if name in CHARTS else None
+    _check_format(fmt)
+    run = selectors.run_by_public_id(public_id)
+    chart = CHARTS.get(name)
+    fig = chart.build(run, request.GET) if chart else None
     if fig is None:
         raise Http404("No such chart for this run.")
-    if fmt == "csv":
-        return _csv_response(to_csv(fig), f"{run.public_id}-{name}.csv")
-    return JsonResponse(fig)
+    return _figure_response(fig, fmt, f"{run.public_id}-{name}")
 
 
 def _csv_response(text: str, filename: str) -> HttpResponse:
@@ -156,7 +180,7 @@ def _csv_response(text: str, filename: str) -> HttpResponse:
 
 @permalink
 def run_export(request, public_id: str):
-    run = _run_or_404(public_id)
+    run = selectors.run_by_public_id(public_id)
     response = JsonResponse(selectors.run_export(run, hide_addresses=hides_addresses(request)),
                             json_dumps_params={"indent": 1})
     response["Content-Disposition"] = f'attachment; filename="run-{run.public_id}.json"'
@@ -165,7 +189,7 @@ def run_export(request, public_id: str):
 
 @permalink
 def run_requests_csv(request, public_id: str):
-    run = _run_or_404(public_id)
+    run = selectors.run_by_public_id(public_id)
     return _csv_response(selectors.run_requests_csv(run, hide_addresses=hides_addresses(request)),
                          f"run-{run.public_id}-requests.csv")
 
@@ -173,8 +197,6 @@ def run_requests_csv(request, public_id: str):
 # ---------------------------------------------------------------- imported reports
 @login_required
 def import_new(request):
-    from benchmarks.importers import ReportFormatError
-
     form = ImportForm()
     if request.method == "POST":  # reading POST runs the upload handlers, which may refuse the file
         form = ImportForm(request.POST, request.FILES, upload_refused=getattr(request, "upload_refused", ""))
@@ -213,8 +235,6 @@ def comparison_new(request):
 
 @permalink
 def comparison_detail(request, public_id: str):
-    from benchmarks.compare import differences, ratio_sentences
-
     comparison = selectors.comparison_by_public_id(public_id)
     series = selectors.comparison_series(comparison)
     return render(request, "benchmarks/comparison_detail.html", {
@@ -224,21 +244,15 @@ def comparison_detail(request, public_id: str):
 
 @permalink
 def comparison_chart(request, public_id: str, fmt: str):
-    from benchmarks.charts import throughput_figure, to_csv
-
+    _check_format(fmt)
     comparison = selectors.comparison_by_public_id(public_id)
-    fig = throughput_figure(selectors.comparison_series(comparison))
-    if fmt == "csv":
-        return _csv_response(to_csv(fig), f"comparison-{comparison.public_id}.csv")
-    return JsonResponse(fig)
+    fig = charts.throughput_figure(selectors.comparison_series(comparison))
+    return _figure_response(fig, fmt, f"comparison-{comparison.public_id}")
 
 
 @permalink
 def import_chart(request, public_id: str, fmt: str):
-    from benchmarks.charts import throughput_figure, to_csv
-
+    _check_format(fmt)
     report = selectors.report_by_public_id(public_id)
-    fig = throughput_figure([selectors.report_series(report)])
-    if fmt == "csv":
-        return _csv_response(to_csv(fig), f"report-{report.public_id}.csv")
-    return JsonResponse(fig)
+    fig = charts.throughput_figure([selectors.report_series(report)])
+    return _figure_response(fig, fmt, f"report-{report.public_id}")

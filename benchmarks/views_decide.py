@@ -7,14 +7,14 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import RequestDataTooBig
 from django.core.validators import MaxValueValidator
-from django.http import Http404, JsonResponse
+from django.http import JsonResponse
 from django.shortcuts import redirect, render
 
-from benchmarks import decisions
+from benchmarks import decisions, selectors
 from benchmarks.advisor import PRIORITIES
 from benchmarks.decorators import api_login_required, permalink
 from benchmarks.forms import TextField
-from benchmarks.models import Decision, Host, Model
+from benchmarks.models import Host, Model
 
 
 def _positive(value):
@@ -152,10 +152,7 @@ def decision_new(request):
 
 @permalink
 def decision_detail(request, public_id: str):
-    try:
-        decision = decisions.decision_by_public_id(public_id)
-    except Decision.DoesNotExist:
-        raise Http404("No decision has this link.")
+    decision = selectors.decision_by_public_id(public_id)
     return render(request, "benchmarks/decision_detail.html", {
         "decision": decision, "d": decisions.decision_display(decision.result),
         "measure_next": decisions.measure_next_links(decision.result),

@@ -2,10 +2,12 @@
 import csv
 import io
 import json
+import re
 
 import pytest
 from django.urls import reverse
 
+from benchmarks import services
 from factories import endpoint, measured_run, user
 
 pytestmark = pytest.mark.django_db
@@ -50,6 +52,26 @@ def test_the_timeline_level_is_chosen_by_parameter(client):
 def test_an_unknown_chart_is_404(client):
     run = measured_run([endpoint()], levels=(1,), requests=2)
     assert chart(client, run, "pie").status_code == 404
+
+
+def test_the_run_page_offers_every_chart_the_chart_endpoint_draws(client):
+    run = measured_run([endpoint()], levels=(1, 2), requests=4, gpu=GPU, server=SERVER)
+    page = client.get(run.get_absolute_url()).content.decode()
+    offered = re.findall(r'<section class="chart-box" id="chart-([^"]+)"', page)
+    assert offered == ["throughput", "ttft", "tpot", "e2e", "timeline", "gpu", "server"]
+    for name in offered:
+        assert reverse("run-chart", args=[run.public_id, name, "json"]) in page
+        assert chart(client, run, name).status_code == 200, name
+
+
+@pytest.mark.parametrize("fmt", ["xml", "JSON", "csv2", "html"])
+def test_a_chart_comes_only_as_json_or_csv(client, fmt):
+    run = measured_run([endpoint()], levels=(1,), requests=2)
+    comparison = services.comparison_create(owner=None, runs=[run], reports=[])
+    for url in (reverse("run-chart", args=[run.public_id, "throughput", fmt]),
+                reverse("comparison-chart", args=[comparison.public_id, fmt])):
+        r = client.get(url)
+        assert r.status_code == 404 and "Charts come as .json or .csv." in r.content.decode(), url
 
 
 def test_the_run_page_offers_charts_downloads_and_a_copy_link(client):

@@ -9,3 +9,5 @@ urlpatterns = [
     path("", include("benchmarks.urls")),
     path("", include("benchmarks.urls_decide")),
 ]
+
+handler404 = "benchmarks.views.not_found"
