@@ -6,6 +6,7 @@ from django.conf import settings
 
 from benchmarks import selectors
 from benchmarks.engine import backends
+from benchmarks.importers import size_text
 from benchmarks.models import Endpoint, ImportedReport, Run, Variant
 
 
@@ -215,8 +216,6 @@ class ImportForm(forms.Form):
                                           f"{settings.MAX_IMPORT_LEVELS:,} levels.")
 
     def clean_file(self):
-        from benchmarks.importers import size_text
-
         f = self.cleaned_data["file"]
         limit = settings.MAX_IMPORT_MIB * 1024 * 1024
         if f.size > limit:

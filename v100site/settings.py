@@ -5,6 +5,7 @@ A team sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis).
 """
 import ipaddress
 import os
+import secrets
 from datetime import timedelta
 from pathlib import Path
 
@@ -45,8 +46,6 @@ if not SECRET_KEY:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
-        import secrets
-
         key_file.write_text(secrets.token_urlsafe(50))
     SECRET_KEY = key_file.read_text().strip()
 
