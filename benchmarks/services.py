@@ -226,7 +226,8 @@ class RunMonitor:
                 alive = Run.objects.filter(id=self.run_id, status=Run.RUNNING).update(
                     heartbeat=now, progress_done=self.base + self.count)
                 if not alive:
-                    self.stop_reason = "cancelled"  # MUTANT
+                    self.stop_reason = "cancelled"
+                    self._stop.set()
                 elif (now - self.started).total_seconds() > settings.RUN_TIME_LIMIT_S:
                     self.stop_reason = "time limit"
                     self._stop.set()
