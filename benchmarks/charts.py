@@ -2,6 +2,7 @@
 
 Every figure comes with the table of the numbers it draws — the same rows the CSV download
 serves — and is downsampled so that a payload stays well under 1 MB whatever the run size.
+Axis titles, units and column names come from the metric catalogue (engine/catalogue.py).
 """
 from __future__ import annotations
 
@@ -9,17 +10,10 @@ import csv
 import io
 import random
 
+from benchmarks.engine.catalogue import GPU_CHART, SERVER_CHART, THROUGHPUT_CHART, Metric
+
 MAX_POINTS = 2000  # per trace
 MAX_BARS = 1500  # requests drawn in a timeline
-
-GPU_METRICS = [  # key in gpu_series, axis title, scale
-    ("memory_used_mib", "GPU memory (GiB)", 1 / 1024),
-    ("utilization_gpu", "utilization (%)", 1),
-    ("temperature_c", "temperature (°C)", 1),
-    ("power_w", "power (W)", 1),
-]
-SERVER_METRICS = [("running", "running requests"), ("waiting", "waiting requests"),
-                  ("kv_cache_usage", "KV cache use (0–1)")]
 
 
 def figure(data, layout, columns, rows) -> dict:
@@ -57,38 +51,40 @@ def _r(v, digits=3):
 # ---------------------------------------------------------------- throughput
 def throughput_figure(series: list[dict]) -> dict:
     """Aggregate output tok/s (solid, left axis) and per-stream decode tok/s (dotted, right
-    axis) against the load level, one colour per series."""
+    axis) against the load level, one colour per series. A series' "levels" are
+    engine.points.Point."""
+    left, right = THROUGHPUT_CHART
     data, rows = [], []
-    rate_mode = any(lv.get("rate") is not None for s in series for lv in s["levels"])
+    rate_mode = any(p.rate is not None for s in series for p in s["levels"])
     for s in series:
-        levels = sorted(s["levels"], key=lambda lv: (lv.get("rate") or 0, lv.get("concurrency") or 0))
-        xs = [lv.get("rate") if rate_mode else lv.get("concurrency") for lv in levels]
+        levels = sorted(s["levels"], key=lambda p: (p.rate or 0, p.concurrency or 0))
+        xs = [p.rate if rate_mode else p.concurrency for p in levels]
         name = s["label"] + ("" if s.get("kind", "measured") == "measured" else f" ({s['kind']})")
-        data.append({"type": "scatter", "mode": "lines+markers", "name": f"{name} — aggregate",
-                     "legendgroup": name, "x": xs, "y": [lv.get("aggregate_tok_s") for lv in levels]})
-        data.append({"type": "scatter", "mode": "lines+markers", "name": f"{name} — per stream",
+        data.append({"type": "scatter", "mode": "lines+markers", "name": f"{name} — {left.metric.label.lower()}",
+                     "legendgroup": name, "x": xs, "y": [p.get(left) for p in levels]})
+        data.append({"type": "scatter", "mode": "lines+markers", "name": f"{name} — {right.metric.label.lower()}",
                      "legendgroup": name, "line": {"dash": "dot"}, "yaxis": "y2",
-                     "x": xs, "y": [lv.get("decode_tok_s") for lv in levels]})
-        for x, lv in zip(xs, levels):
-            rows.append([s["label"], s.get("kind", "measured"), x, _r(lv.get("aggregate_tok_s"), 2),
-                         _r(lv.get("decode_tok_s"), 2)])
+                     "x": xs, "y": [p.get(right) for p in levels]})
+        for x, p in zip(xs, levels):
+            rows.append([s["label"], s.get("kind", "measured"), x, _r(p.get(left), 2), _r(p.get(right), 2)])
     xtitle = "request rate (req/s)" if rate_mode else "concurrent requests"
     return figure(data, {
         "title": {"text": "Throughput vs load"},
         "xaxis": {"title": {"text": xtitle}, "type": "log" if not rate_mode else "linear"},
-        "yaxis": {"title": {"text": "aggregate output tok/s"}, "rangemode": "tozero"},
-        "yaxis2": {"title": {"text": "decode tok/s per stream"}, "overlaying": "y", "side": "right",
+        "yaxis": {"title": {"text": left.title}, "rangemode": "tozero"},
+        "yaxis2": {"title": {"text": right.title}, "overlaying": "y", "side": "right",
                    "rangemode": "tozero"},
-    }, ["series", "kind", xtitle, "aggregate output tok/s", "decode tok/s per stream (p50)"], rows)
+    }, ["series", "kind", xtitle, left.title, right.title], rows)
 
 
 # ---------------------------------------------------------------- distributions
-def distribution_figure(title: str, unit: str, groups: list[dict]) -> dict:
+def distribution_figure(metric: Metric, groups: list[dict], title: str = "") -> dict:
     """One box per level with p50/p90/p99 marked. groups: {"name", "values", "stats"} where
-    stats are the level's full-data percentiles (from engine.metrics), so the marks stay exact
-    even when the drawn values are a sample."""
+    stats are the level's full-data percentiles (a metrics.Distribution, or its stored dict), so
+    the marks stay exact even when the drawn values are a sample."""
     data, rows = [], []
     rng = random.Random(0)
+    unit = metric.unit
     for g in groups:
         values = g["values"]
         drawn = values if len(values) <= MAX_POINTS else rng.sample(values, MAX_POINTS)
@@ -100,10 +96,12 @@ def distribution_figure(title: str, unit: str, groups: list[dict]) -> dict:
                      "y": [_r(v) for _, v in marks], "text": [q for q, _ in marks], "textposition": "middle right",
                      "marker": {"symbol": "line-ew-open", "size": 18}, "showlegend": False,
                      "hovertemplate": "%{text}: %{y:.2f} " + unit + "<extra></extra>"})
-        rows.append([g["name"], stats.get("count", 0), _r(stats.get("mean")), _r(stats.get("p50")),
+        rows.append([g["name"], stats.get("count") or 0, _r(stats.get("mean")), _r(stats.get("p50")),
                      _r(stats.get("p90")), _r(stats.get("p99")), _r(stats.get("min")), _r(stats.get("max"))])
-    return figure(data, {"title": {"text": title}, "yaxis": {"title": {"text": unit}, "rangemode": "tozero"}},
-                  ["level", "count", "mean", "p50", "p90", "p99", "min", "max"], rows)
+    return figure(data, {"title": {"text": title or f"{metric.name} per level"},
+                         "yaxis": {"title": {"text": f"{metric.label} ({unit})"}, "rangemode": "tozero"}},
+                  ["level", "count", *(f"{stat} ({unit})" for stat in ("mean", "p50", "p90", "p99", "min", "max"))],
+                  rows)
 
 
 # ---------------------------------------------------------------- timeline
@@ -148,13 +146,13 @@ def timeline_figure(title: str, requests: list[dict]) -> dict:
 # ---------------------------------------------------------------- telemetry over time
 def _level_points(levels: list[dict], values) -> list[tuple]:
     """(t from the first level, level label, [values]) per sample, downsampled per level, with
-    an empty point after each level so that lines do not join across the gap between levels."""
+    an empty point after each level so that lines do not join across the gap between levels.
+    A level's "series" is a GpuSeries or ServerSeries."""
     points = []
     per_level = max(2, MAX_POINTS // max(len(levels), 1))
     for lv in levels:
         s = lv["series"]
-        ts = s.get("t") or []
-        rows = [(lv["offset_s"] + t, lv["label"], values(s, i)) for i, t in enumerate(ts)]
+        rows = [(lv["offset_s"] + t, lv["label"], values(s, i)) for i, t in enumerate(s.t)]
         if rows:
             points += stride(rows, per_level)
             points.append((rows[-1][0], None, [None] * len(rows[-1][2])))
@@ -173,46 +171,49 @@ def _boundaries(levels: list[dict]) -> tuple[list, list]:
 
 def gpu_figure(levels: list[dict]) -> dict:
     """GPU memory, utilization, temperature and power over the run, one panel each, with the
-    level boundaries. levels: {"label", "offset_s", "series": {"t": [...], "gpus": {i: {...}}}}."""
+    level boundaries. levels: {"label", "offset_s", "series": GpuSeries}."""
     data, rows = [], []
-    n = len(GPU_METRICS)
+    n = len(GPU_CHART)
     layout = {"title": {"text": "GPU over time"}, "height": 200 * n + 80,
               "xaxis": {"title": {"text": "seconds from the first level"}, "anchor": f"y{n}"}}
-    for k, (key, title, _) in enumerate(GPU_METRICS, start=1):
+    for k, metric in enumerate(GPU_CHART, start=1):
         axis = "yaxis" if k == 1 else f"yaxis{k}"
         top = 1 - (k - 1) / n
-        layout[axis] = {"title": {"text": title}, "domain": [max(0, top - 1 / n + 0.04), top], "rangemode": "tozero"}
-    gpus = sorted({g for lv in levels for g in (lv["series"].get("gpus") or {})})
+        layout[axis] = {"title": {"text": metric.title}, "domain": [max(0, top - 1 / n + 0.04), top],
+                        "rangemode": "tozero"}
+    gpus = sorted({g for lv in levels for g in lv["series"].gpus})
     for g in gpus:
-        points = _level_points(levels, lambda s, i: [_at(((s.get("gpus") or {}).get(g) or {}).get(key), i)
-                                                     for key, _, _ in GPU_METRICS])
+        points = _level_points(levels, lambda s, i: [_at(s.column(g, m.key), i) for m in GPU_CHART])
         xs = [_r(p[0]) for p in points]
-        for k, (key, title, scale) in enumerate(GPU_METRICS, start=1):
-            data.append({"type": "scatter", "mode": "lines", "name": f"GPU {g} {title}", "x": xs,
-                         "y": [None if p[2][k - 1] is None else _r(p[2][k - 1] * scale, 3) for p in points],
+        for k, metric in enumerate(GPU_CHART, start=1):
+            data.append({"type": "scatter", "mode": "lines", "name": f"GPU {g} {metric.label}", "x": xs,
+                         "y": [None if p[2][k - 1] is None else _r(p[2][k - 1] * metric.scale, 3) for p in points],
                          "yaxis": "y" if k == 1 else f"y{k}", "legendgroup": f"gpu{g}", "showlegend": k == 1})
         rows += [[g, _r(p[0]), p[1], *p[2]] for p in points if p[1] is not None]
     shapes, notes = _boundaries(levels)
     layout.update(shapes=shapes, annotations=notes)
-    return figure(data, layout, ["gpu", "t (s)", "level", *[key for key, _, _ in GPU_METRICS]], rows)
+    return figure(data, layout, ["gpu", "t (s)", "level", *[m.key for m in GPU_CHART]], rows)
 
 
 def server_figure(levels: list[dict]) -> dict:
-    """The server's own queue depth and KV-cache use (scraped /metrics) over the run."""
+    """The server's own queue depth and KV-cache use (scraped /metrics) over the run.
+    levels: {"label", "offset_s", "series": ServerSeries}."""
     data = []
-    points = _level_points(levels, lambda s, i: [_at(s.get(key), i) for key, _ in SERVER_METRICS])
+    points = _level_points(levels, lambda s, i: [_at(s.column(m.key), i) for m in SERVER_CHART])
     xs = [_r(p[0]) for p in points]
-    for k, (key, title) in enumerate(SERVER_METRICS):
+    counts = [m for m in SERVER_CHART if m.unit == "requests"]
+    for k, metric in enumerate(SERVER_CHART):
         ys = [p[2][k] for p in points]
         if any(v is not None for v in ys):
-            data.append({"type": "scatter", "mode": "lines", "name": title, "x": xs, "y": ys,
-                         "yaxis": "y2" if key == "kv_cache_usage" else "y"})
+            data.append({"type": "scatter", "mode": "lines", "name": metric.label, "x": xs, "y": ys,
+                         "yaxis": "y" if metric in counts else "y2"})
     rows = [[_r(p[0]), p[1], *p[2]] for p in points if p[1] is not None]
     shapes, notes = _boundaries(levels)
+    share = next(m for m in SERVER_CHART if m not in counts)
     return figure(data, {"title": {"text": "Server queue and KV cache (its /metrics)"},
                          "xaxis": {"title": {"text": "seconds from the first level"}},
                          "yaxis": {"title": {"text": "requests"}, "rangemode": "tozero"},
-                         "yaxis2": {"title": {"text": "KV cache use"}, "overlaying": "y", "side": "right",
+                         "yaxis2": {"title": {"text": share.title}, "overlaying": "y", "side": "right",
                                     "range": [0, 1]},
                          "shapes": shapes, "annotations": notes},
-                  ["t (s)", "level", *[key for key, _ in SERVER_METRICS]], rows)
+                  ["t (s)", "level", *[m.key for m in SERVER_CHART]], rows)

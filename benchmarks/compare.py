@@ -2,11 +2,14 @@
 
 A series is one server's numbers over load levels:
     {"label", "kind" (measured | imported | published), "url", "backend", "quantization",
-     "gpu", "gpu_count", "fingerprint": {...}, "levels": [{"concurrency", "rate", "ttft_p50",
-     "ttft_p90", "ttft_p99", "tpot_p50", "decode_tok_s", "aggregate_tok_s"}]}
-Only comparable series belong together: the fingerprint holds what must match.
+     "gpu", "gpu_count", "fingerprint": {...}, "levels": [engine.points.Point]}
+Only comparable series belong together: the fingerprint holds what must match. The figures
+compared, their units and which of two values wins come from the metric catalogue.
 """
 from __future__ import annotations
+
+from benchmarks.engine.catalogue import COMPARED, Figure
+from benchmarks.engine.points import Point
 
 FINGERPRINT_FIELDS = {
     "prompt_tokens": "prompt tokens",
@@ -47,8 +50,8 @@ def differences(series: list[dict]) -> list[str]:
     return warnings
 
 
-def _level_key(level: dict):
-    return ("rate", level["rate"]) if level.get("rate") is not None else ("c", level.get("concurrency"))
+def _level_key(level: Point):
+    return ("rate", level.rate) if level.rate is not None else ("c", level.concurrency)
 
 
 def _load_words(key) -> str:
@@ -77,27 +80,22 @@ def ratio_sentences(series: list[dict]) -> list[dict]:
             b = base_levels.get(key)
             if b is None:
                 continue
-            out += _compare_level(other, lv, base, b, _load_words(key))
+            out += [s for f in COMPARED if (s := sentence(f, other, lv, base, b, _load_words(key)))]
     return out
 
 
-def _compare_level(x: dict, xl: dict, y: dict, yl: dict, where: str) -> list[dict]:
-    sentences = []
-
-    def add(metric, higher_is_better, verb_more, verb_less, unit):
-        a, b = xl.get(metric), yl.get(metric)
-        if not a or not b:
-            return
-        if higher_is_better:
-            winner, loser, hi, lo = (x, y, a, b) if a >= b else (y, x, b, a)
-            text = f"{winner['label']} {verb_more} {_times(hi, lo)} {verb_less} {loser['label']} {where}"
-        else:
-            winner, loser, lo, hi = (x, y, a, b) if a <= b else (y, x, b, a)
-            text = f"{winner['label']} {verb_more} {_times(hi, lo)} {verb_less} {loser['label']} {where}"
-        sentences.append({"text": text + f" ({a:.1f} vs {b:.1f} {unit}).", "metric": metric,
-                          "values": [a, b], "labels": [x["label"], y["label"]]})
-
-    add("decode_tok_s", True, "decodes", "faster than", "tok/s per stream")
-    add("aggregate_tok_s", True, "delivers", "the aggregate output throughput of", "tok/s")
-    add("ttft_p50", False, "reaches the first token", "sooner than", "ms TTFT p50")
-    return sentences
+def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> dict | None:
+    """One figure of two series at one level, in words: the better value (the catalogue's
+    `better`) wins, by how many times, with both values; None when either lacks it."""
+    a, b = xl.get(f), yl.get(f)
+    if not a or not b:
+        return None
+    m = f.metric
+    x_wins = a <= b if m.lower_is_better else a >= b
+    winner, loser = (x, y) if x_wins else (y, x)
+    ratio = _times(max(a, b), min(a, b))
+    phrase = m.phrase or ("{winner} has a {ratio} lower {what} than {loser}" if m.lower_is_better
+                          else "{winner} has a {ratio} higher {what} than {loser}")
+    text = phrase.format(winner=winner["label"], loser=loser["label"], ratio=ratio, what=f.label)
+    return {"text": f"{text} {where} ({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}).", "metric": f.name,
+            "values": [a, b], "labels": [x["label"], y["label"]]}

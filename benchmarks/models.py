@@ -1,5 +1,6 @@
 import secrets
 from datetime import timedelta
+from functools import cached_property
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -14,6 +15,10 @@ from django.utils.text import slugify
 from benchmarks.engine import backends
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Target, Workload
+from benchmarks.engine.gpu import GpuSummary
+from benchmarks.engine.metrics import LevelSummary
+from benchmarks.engine.server_metrics import ServerSummary
+from benchmarks.importers import ImportedReport as ParsedReport
 
 
 def endpoint_addresses():
@@ -280,7 +285,10 @@ class Run(models.Model):
 
 class LevelResult(models.Model):
     """One endpoint at one load level: aggregates from engine.metrics.summarize_level, the
-    client's own load, validity flags and the GPU / server time series on the same clock."""
+    client's own load, validity flags and the GPU / server time series on the same clock. Each
+    JSON field has its typed shape in the engine (metrics.LevelSummary, gpu.GpuSummary and
+    GpuSeries, server_metrics.ServerSummary and ServerSeries): written by its to_dict, read by
+    its from_dict (`stats`, `gpu`, `server` below)."""
 
     public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
     run = models.ForeignKey(Run, models.CASCADE, related_name="levels")
@@ -296,9 +304,9 @@ class LevelResult(models.Model):
     client = models.JSONField(default=dict)
     flags = models.JSONField(default=list)
     gpu_summary = models.JSONField(default=dict)
-    gpu_series = models.JSONField(default=dict)  # {"t": [...], "gpus": {index: {metric: [...]}}}
+    gpu_series = models.JSONField(default=dict)
     server_summary = models.JSONField(default=dict)
-    server_series = models.JSONField(default=dict)  # {"t": [...], metric: [...]}
+    server_series = models.JSONField(default=dict)
 
     class Meta:
         ordering = ["run", "endpoint__name", "level_index"]
@@ -314,9 +322,18 @@ class LevelResult(models.Model):
             return f"{self.concurrency} concurrent"
         return f"{self.rate:g} req/s" + (f" (cap {self.concurrency})" if self.concurrency else "")
 
-    def metric(self, name: str, stat: str = "p50"):
-        value = self.summary.get(name)
-        return value.get(stat) if isinstance(value, dict) else value
+    # The stored JSON, read through its one reader (every stored version reads).
+    @cached_property
+    def stats(self) -> LevelSummary:
+        return LevelSummary.from_dict(self.summary)
+
+    @cached_property
+    def gpu(self) -> GpuSummary:
+        return GpuSummary.from_dict(self.gpu_summary)
+
+    @cached_property
+    def server(self) -> ServerSummary:
+        return ServerSummary.from_dict(self.server_summary)
 
 
 class RequestRecord(models.Model):
@@ -361,7 +378,7 @@ class ImportedReport(models.Model):
     gpu = models.CharField("GPU", max_length=200, blank=True)
     backend = models.CharField(max_length=30, blank=True, help_text="vllm / llamacpp, when known")
     quantization = models.CharField(max_length=20, blank=True, choices=Variant.QUANTIZATIONS)
-    report = models.JSONField()  # importers.ImportedReport.to_dict()
+    report = models.JSONField()  # importers.ImportedReport.to_dict(); read it as `data`
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True)
     created = models.DateTimeField(default=timezone.now)
 
@@ -373,6 +390,11 @@ class ImportedReport(models.Model):
 
     def get_absolute_url(self):
         return reverse("import-detail", args=[self.public_id])
+
+    @cached_property
+    def data(self) -> ParsedReport:
+        """The stored report through its one reader (every schema version reads)."""
+        return ParsedReport.from_dict(self.report)
 
     @property
     def label(self) -> str:

@@ -14,7 +14,11 @@ from urllib.parse import urlsplit
 from django.db.models import QuerySet
 from django.http import Http404
 
-from benchmarks.engine.metrics import RequestResult
+from benchmarks.engine.catalogue import REQUEST_CSV, RESULTS_TABLE, figure
+from benchmarks.engine.gpu import GpuSeries, GpuSummary
+from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
+from benchmarks.engine.points import Point, stated
+from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
 from benchmarks.models import Comparison, Decision, Endpoint, ImportedReport, LevelResult, RequestRecord, Run
 
 # What a permalink answers when no row has its id: the one not-found message of each kind.
@@ -52,6 +56,26 @@ def run_levels(run: Run) -> list[LevelResult]:
     # The time series are only for the chart endpoints: never load them for the page.
     return list(run.levels.select_related("endpoint", "endpoint__host", "endpoint__variant")
                 .defer("gpu_series", "server_series"))
+
+
+def _shows(metric, run: Run) -> bool:
+    return {"": True, "chat": run.api == "chat", "slo": bool(run.slo)}[metric.needs]
+
+
+def results_table(run: Run, levels: list[LevelResult]) -> dict:
+    """The run page's results table from the catalogue (RESULTS_TABLE): its column groups and,
+    per level, each figure formatted with the catalogue's decimals and unit scale."""
+    columns = [c for c in RESULTS_TABLE if _shows(c.metric, run)]
+
+    def cell(level: LevelResult, f) -> dict:
+        value = level.stats.figure(f)
+        m = f.metric
+        return {"key": f.key, "stat": f.stat or "",
+                "text": "—" if value is None else f"{value * m.scale:.{m.digits}f}"}
+
+    return {"columns": columns, "stats": [f for c in columns if len(c.figures) > 1 for f in c.figures],
+            "rows": [{"level": lv, "summary": lv.stats, "cells": [cell(lv, f) for c in columns for f in c.figures]}
+                     for lv in levels]}
 
 
 def run_cancel_allowed(run: Run, user) -> bool:
@@ -145,14 +169,12 @@ def endpoint_gpu(endpoint: Endpoint) -> tuple[str | None, int]:
     return gpus[0].name, used
 
 
-def level_point(level: LevelResult) -> dict:
-    s = level.summary
-    return {"id": level.public_id, "concurrency": level.concurrency if level.rate is None else None, "rate": level.rate,
-            "label": level.load_label, "ttft_p50": (s.get("ttft_ms") or {}).get("p50"),
-            "ttft_p90": (s.get("ttft_ms") or {}).get("p90"), "ttft_p99": (s.get("ttft_ms") or {}).get("p99"),
-            "tpot_p50": (s.get("tpot_ms") or {}).get("p50"), "decode_tok_s": (s.get("decode_tok_s") or {}).get("p50"),
-            "aggregate_tok_s": s.get("aggregate_tok_s"), "completed": level.completed, "failed": level.failed,
-            "flags": [f["code"] for f in level.flags]}
+def level_point(level: LevelResult) -> Point:
+    """A measured level as a comparison point, read from its stored summaries."""
+    endpoint_gpus = [g.index for g in level.endpoint.gpus.all()]
+    return Point.measured(level.stats, label=level.load_label, id=level.public_id,
+                          concurrency=level.concurrency if level.rate is None else None, rate=level.rate,
+                          flags=[f["code"] for f in level.flags], gpu=level.gpu, gpu_indices=endpoint_gpus)
 
 
 def run_series(run: Run) -> list[dict]:
@@ -181,56 +203,55 @@ def run_series(run: Run) -> list[dict]:
 def report_series(report) -> dict:
     from benchmarks.compare import fingerprint
 
-    data = report.report
-    levels = data.get("levels") or []
-    first = levels[0] if levels else {}
-    rate_mode = any(lv.get("request_rate") is not None and lv.get("concurrency") is None for lv in levels)
-    points = [{"concurrency": lv.get("concurrency"), "rate": lv.get("request_rate") if rate_mode else None,
-               "label": lv.get("label"), "ttft_p50": (lv.get("ttft_ms") or {}).get("p50"),
-               "ttft_p90": (lv.get("ttft_ms") or {}).get("p90"), "ttft_p99": (lv.get("ttft_ms") or {}).get("p99"),
-               "tpot_p50": (lv.get("tpot_ms") or {}).get("p50"), "decode_tok_s": lv.get("decode_tok_s_per_stream"),
-               "aggregate_tok_s": lv.get("aggregate_output_tok_s"), "completed": lv.get("completed"),
-               "failed": lv.get("failed"), "flags": []} for lv in levels]
-    meta = data.get("raw_meta") or {}
+    data = report.data
+    first = data.levels[0] if data.levels else None
+    meta = data.raw_meta
     return {"label": report.title, "kind": "published" if report.kind == "published" else "imported",
-            "url": report.get_absolute_url(), "backend": report.backend or data.get("backend"),
-            "quantization": report.quantization or None, "gpu": report.gpu or data.get("gpu"), "gpu_count": 1,
-            "fingerprint": fingerprint(prompt_tokens=first.get("prompt_tokens"), output_tokens=first.get("output_tokens"),
+            "url": report.get_absolute_url(), "backend": report.backend or data.backend,
+            "quantization": report.quantization or None, "gpu": report.gpu or data.gpu, "gpu_count": 1,
+            "fingerprint": fingerprint(prompt_tokens=first and first.prompt_tokens,
+                                       output_tokens=first and first.output_tokens,
                                        temperature=meta.get("temperature"), api=meta.get("api"),
-                                       load_mode="rate" if rate_mode else "concurrency",
-                                       gpu=report.gpu or data.get("gpu"), gpu_count=1),
-            "levels": points}
+                                       load_mode="rate" if data.rate_mode else "concurrency",
+                                       gpu=report.gpu or data.gpu, gpu_count=1),
+            "levels": data.points()}
 
 
 def report_rows(report) -> list[dict]:
     """The report page's table, one row per level, numbers already formatted: Django's floatformat
-    costs ~40 µs a cell, too much for the MAX_IMPORT_LEVELS × 9 cells of the largest import."""
+    costs ~40 µs a cell, too much for the MAX_IMPORT_LEVELS × 9 cells of the largest import.
+    Figures and their decimals are the catalogue's."""
     def num(value, digits: int) -> str:
         return "—" if value is None else f"{value:.{digits}f}"
 
     rows = []
-    for lv in report.report.get("levels") or []:
-        ttft, tpot = lv.get("ttft_ms") or {}, lv.get("tpot_ms") or {}
+    for lv in report.data.levels:
+        values = lv.values()
+
+        def shown(name: str) -> str:
+            f = figure(name)
+            return num(stated(values, f), f.metric.digits)
+
         rows.append({
-            "label": lv.get("label"), "concurrency": num(lv.get("concurrency"), 0),
-            "rate": "—" if lv.get("request_rate") is None else f"{lv['request_rate']:g}",
-            "tokens": f"{num(lv.get('prompt_tokens'), 0)} / {num(lv.get('output_tokens'), 0)}",
-            "ttft": " / ".join(num(ttft.get(p), 1) for p in ("p50", "p90", "p99")),
-            "tpot": num(tpot.get("p50"), 2), "decode": num(lv.get("decode_tok_s_per_stream"), 1),
-            "aggregate": num(lv.get("aggregate_output_tok_s"), 1), "prefill": num(lv.get("prefill_tok_s"), 0),
-            "notes": " ".join(lv.get("notes") or [])})
+            "label": lv.label, "concurrency": num(lv.concurrency, 0),
+            "rate": "—" if lv.request_rate is None else f"{lv.request_rate:g}",
+            "tokens": f"{num(lv.prompt_tokens, 0)} / {num(lv.output_tokens, 0)}",
+            "ttft": " / ".join(shown(f"ttft_ms_{q}") for q in ("p50", "p90", "p99")),
+            "tpot": shown("tpot_ms_p50"), "decode": shown("decode_tok_s_p50"),
+            "aggregate": shown("aggregate_tok_s"), "prefill": shown("prefill_tok_s_p50"),
+            "notes": " ".join(lv.notes)})
     return rows
 
 
-RESULT_COLUMNS = ("level_id", "index", "sent", "first_content", "end", "prompt_tokens", "output_tokens",
-                  "client_output_tokens", "timings", "error")
+RESULT_COLUMNS = ("level_id", "index", "sent", "first_content", "first_answer", "end", "prompt_tokens",
+                  "output_tokens", "client_output_tokens", "timings", "error")
 
 
 def _as_result(row):
-    _, index, sent, first, end, p_tok, o_tok, c_tok, timings, error = row
+    _, index, sent, first, answer, end, p_tok, o_tok, c_tok, timings, error = row
     return RequestResult(index=index, sent=sent, prompt_tokens_asked=0, output_tokens_asked=0, first_content=first,
-                         chunk_times=[end] if end is not None else [], prompt_tokens=p_tok, output_tokens=o_tok,
-                         client_output_tokens=c_tok, timings=timings, error=error)
+                         first_answer=answer, chunk_times=[end] if end is not None else [], prompt_tokens=p_tok,
+                         output_tokens=o_tok, client_output_tokens=c_tok, timings=timings, error=error)
 
 
 def level_results(level: LevelResult):
@@ -261,8 +282,22 @@ def telemetry_levels(run: Run, field: str) -> list[dict]:
     if not levels:
         return []
     t0 = levels[0].started_at
+    read = SERIES_READERS[field]
     return [{"label": f"{lv.endpoint.name} {lv.load_label}", "offset_s": (lv.started_at - t0).total_seconds(),
-             "series": getattr(lv, field) or {}} for lv in levels]
+             "series": read(getattr(lv, field))} for lv in levels]
+
+
+SERIES_READERS = {"gpu_series": GpuSeries.from_dict, "server_series": ServerSeries.from_dict}
+# Each stored JSON field of a level and the shape that reads and writes it.
+STORED_SHAPES = {"summary": LevelSummary, "gpu_summary": GpuSummary, "gpu_series": GpuSeries,
+                 "server_summary": ServerSummary, "server_series": ServerSeries}
+
+
+def _stored(level: LevelResult, field: str) -> dict:
+    """A level's stored field, read by its reader and written by its writer: an export holds the
+    newest version of it whatever version the row was stored in. Nothing stored stays {}."""
+    data = getattr(level, field)
+    return STORED_SHAPES[field].from_dict(data).to_dict() if data else {}
 
 
 # ---------------------------------------------------------------- export
@@ -311,9 +346,8 @@ def run_export(run: Run, *, hide_addresses: bool = False) -> dict:
         "flags": run.flags, "endpoints": endpoints,
         "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "load": lv.load_label,
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),
-                    "wall_s": lv.wall_s, "summary": lv.summary, "client": lv.client, "flags": lv.flags,
-                    "gpu_summary": lv.gpu_summary, "gpu_series": lv.gpu_series,
-                    "server_summary": lv.server_summary, "server_series": lv.server_series,
+                    "wall_s": lv.wall_s, "client": lv.client, "flags": lv.flags,
+                    **{field: _stored(lv, field) for field in STORED_SHAPES},
                     "requests": records[lv.id]} for lv in levels],
     }
 
@@ -323,18 +357,17 @@ def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:
     error_at = REQUEST_FIELDS.index("error")
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["endpoint", "load", *REQUEST_FIELDS, "ttft_ms", "tpot_ms", "e2e_ms", "server_decode_tok_s"])
+    writer.writerow(["endpoint", "load", *REQUEST_FIELDS, *REQUEST_CSV])  # catalogue keys, in its units
     for level in run_levels_with_endpoint(run):
-        rows = RequestRecord.objects.filter(level=level).order_by("index").values_list(*REQUEST_FIELDS, "timings")
+        rows = RequestRecord.objects.filter(level=level).order_by("index").values_list(*REQUEST_FIELDS)
         results = {r.index: r for r in level_results(level)}
         for row in rows:
             r = results[row[0]]
-            timings = row[-1] or {}
-            fields = list(row[:-1])
+            fields = list(row)
             fields[error_at] = blank(fields[error_at])
+            values = (request_value(key, r) for key in REQUEST_CSV)
             writer.writerow([level.endpoint.name, level.load_label, *fields,
-                             *(None if v is None else round(v * 1000, 3) for v in (r.ttft, r.tpot, r.e2e)),
-                             timings.get("predicted_per_second")])
+                             *(None if v is None else round(v, 3) for v in values)])
     return out.getvalue()
 
 

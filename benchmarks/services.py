@@ -15,9 +15,10 @@ from django.utils import timezone
 
 from benchmarks.engine import gpu as gpu_telemetry
 from benchmarks.engine.client import Cancelled, LevelOutcome, Session, Timeouts, until_stopped
+from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
-from benchmarks.engine.observe import measure_observed
-from benchmarks.engine.server_metrics import server_identity
+from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
+from benchmarks.engine.server_metrics import ServerSummary, server_identity
 from benchmarks.engine.validity import level_flags, merge
 from benchmarks.importers import parse_report, v100_writeup_reports
 from benchmarks.models import (Comparison, Endpoint, Gpu, Host, ImportedReport, LevelResult, RequestRecord, Run,
@@ -251,21 +252,25 @@ def runs_requeue(*, startup: bool = False) -> int:
 
 
 def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_index: int = 0,
-                gpu: dict | None = None, server: dict | None = None) -> LevelResult:
-    """Store one measured level with all its requests, in one transaction."""
+                gpu: GpuTelemetry | None = None, server: ServerTelemetry | None = None) -> LevelResult:
+    """Store one measured level with all its requests, in one transaction. Each stored shape is
+    written by its own writer (to_dict)."""
     summary = summarize_level(outcome.results, outcome.wall_s, run.slo)
-    gpu, server = gpu or {}, server or {}
-    flags = level_flags(summary, client=outcome.client, gpu=gpu.get("summary"),
-                        server_idle_at_start=server.get("idle_at_start"),
+    gpu = gpu or GpuTelemetry(GpuSummary())
+    server = server or ServerTelemetry(ServerSummary())
+    flags = level_flags(summary, client=outcome.client, gpu=gpu.summary,
+                        server_idle_at_start=server.summary.idle_at_start,
                         capped=bool(outcome.rate is not None and outcome.concurrency))
     with transaction.atomic():
         level = LevelResult.objects.create(
             run=run, endpoint=endpoint, level_index=level_index, concurrency=outcome.concurrency,
             rate=outcome.rate, started_at=datetime.fromtimestamp(outcome.started_at, tz=dt_timezone.utc),
-            wall_s=outcome.wall_s, completed=summary["completed"], failed=summary["failed"],
-            summary=summary, client=outcome.client, flags=[f.to_dict() for f in flags],
-            gpu_summary=gpu.get("summary") or {}, gpu_series=gpu.get("series") or {},
-            server_summary=server.get("summary") or {}, server_series=server.get("series") or {})
+            wall_s=outcome.wall_s, completed=summary.completed, failed=summary.failed,
+            summary=summary.to_dict(), client=outcome.client, flags=[f.to_dict() for f in flags],
+            gpu_summary=gpu.summary.to_dict() if gpu.summary != GpuSummary() else {},
+            gpu_series=gpu.series.to_dict(),
+            server_summary=server.summary.to_dict() if server.summary != ServerSummary() else {},
+            server_series=server.series.to_dict())
         RequestRecord.objects.bulk_create([
             RequestRecord(level=level, index=r.index, sent=r.sent, scheduled=r.scheduled,
                           first_content=r.first_content, first_answer=r.first_answer,

@@ -11,7 +11,8 @@ from django.views.decorators.http import require_POST
 from benchmarks import charts, selectors, services
 from benchmarks.compare import differences, ratio_sentences
 from benchmarks.decorators import hides_addresses, permalink
-from benchmarks.engine.metrics import METRIC_DEFINITIONS
+from benchmarks.engine import catalogue
+from benchmarks.engine.metrics import request_value
 from benchmarks.forms import ComparisonForm, ImportForm, RunForm
 from benchmarks.importers import ReportFormatError
 from benchmarks.models import Run
@@ -59,9 +60,11 @@ def _prefill(params) -> dict:
 def run_detail(request, public_id: str):
     run = selectors.run_by_public_id(public_id)
     hide = hides_addresses(request)
+    levels = selectors.run_levels(run)
     return render(request, "benchmarks/run_detail.html", {
         "run": run,
-        "levels": selectors.run_levels(run),
+        "levels": levels,
+        "results": selectors.results_table(run, levels),
         "failures": selectors.run_failures(run, hide_addresses=hide),
         "failure_count": selectors.run_failure_count(run),
         "preflight": selectors.run_preflight(run, hide_addresses=hide),
@@ -69,7 +72,7 @@ def run_detail(request, public_id: str):
         "run_error": selectors.run_error(run, hide_addresses=hide),
         "hide_addresses": hide,
         "can_cancel": selectors.run_cancel_allowed(run, request.user),
-        "definitions": METRIC_DEFINITIONS,
+        "definitions": catalogue.definitions(),
         "chart_list": [(name, chart.title) for name, chart in CHARTS.items()
                        if not chart.telemetry or selectors.run_has_telemetry(run, chart.telemetry)],
     })
@@ -111,18 +114,19 @@ class Chart:
     telemetry: str = ""
 
 
-def _distribution(metric: str, title: str) -> Chart:
-    """Per level, the distribution of one request latency (a RequestResult property, seconds)."""
+def _distribution(name: str) -> Chart:
+    """Per level, the distribution of one per-request metric of the catalogue (DISTRIBUTION_CHARTS)."""
+    metric = catalogue.metric(catalogue.DISTRIBUTION_CHARTS[name])
+
     def build(run: Run, params) -> dict:
         groups = []
         results = selectors.run_results_by_level(run)
         for level in selectors.run_levels_with_endpoint(run):
-            values = [getattr(r, metric) * 1000 for r in results.get(level.id, [])
-                      if r.ok and getattr(r, metric) is not None]
+            values = [v for r in results.get(level.id, []) if (v := request_value(metric.key, r)) is not None]
             groups.append({"name": f"{level.endpoint.name} {level.load_label}", "values": values,
-                           "stats": level.summary.get(f"{metric}_ms") or {}})
-        return charts.distribution_figure(f"{title} per level", "ms", groups)
-    return Chart(title, build)
+                           "stats": level.stats.value(metric.key)})
+        return charts.distribution_figure(metric, groups)
+    return Chart(metric.name, build)
 
 
 def _timeline(run: Run, params) -> dict | None:
@@ -138,9 +142,7 @@ def _timeline(run: Run, params) -> dict | None:
 # The run's charts, in page order: the page's chart boxes and the chart endpoint both read this.
 CHARTS = {
     "throughput": Chart("Throughput", lambda run, params: charts.throughput_figure(selectors.run_series(run))),
-    "ttft": _distribution("ttft", "Time to first token"),
-    "tpot": _distribution("tpot", "Time per output token"),
-    "e2e": _distribution("e2e", "End-to-end latency"),
+    **{name: _distribution(name) for name in catalogue.DISTRIBUTION_CHARTS},
     "timeline": Chart("Timeline", _timeline),
     "gpu": Chart("GPU", lambda run, params: charts.gpu_figure(selectors.telemetry_levels(run, "gpu_series")),
                  telemetry="gpu_series"),
@@ -218,7 +220,7 @@ def import_new(request):
 def import_detail(request, public_id: str):
     report = selectors.report_by_public_id(public_id)
     return render(request, "benchmarks/import_detail.html", {
-        "report": report, "rows": selectors.report_rows(report), "data": report.report})
+        "report": report, "rows": selectors.report_rows(report), "data": report.data})
 
 
 # ---------------------------------------------------------------- comparisons
@@ -239,7 +241,7 @@ def comparison_detail(request, public_id: str):
     series = selectors.comparison_series(comparison)
     return render(request, "benchmarks/comparison_detail.html", {
         "comparison": comparison, "series": series, "warnings": differences(series),
-        "ratios": ratio_sentences(series)})
+        "ratios": ratio_sentences(series), "figures": catalogue.COMPARISON_TABLE})
 
 
 @permalink

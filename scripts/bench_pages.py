@@ -63,21 +63,17 @@ def timed(client: Client, url: str, repeat: int = 7) -> tuple[float, int, int]:
 
 
 def main() -> None:
-    from factories import endpoint, measured_run
+    from factories import endpoint, gpu_samples, measured_run
 
     ensure_database()
     call_command("migrate", verbosity=0)
     tag = str(int(time.time()))
-    gpu_series = {"t": [i * 0.2 for i in range(3000)],
-                  "gpus": {"0": {k: [100.0] * 3000 for k in ("memory_used_mib", "utilization_gpu", "temperature_c", "power_w")}}}
-    gpu = {"summary": {"samples": 3000}, "series": gpu_series}
-    server = {"summary": {"samples": 1200}, "series": {"t": [i * 0.5 for i in range(1200)], "running": [8] * 1200,
-                                                      "waiting": [0] * 1200, "kv_cache_usage": [0.5] * 1200}}
+    gpu = gpu_samples(ticks=3000)  # 10 minutes at 5 Hz per level
     print("creating a run with 10 000 request records ...", flush=True)
     t = time.perf_counter()
     big = measured_run([endpoint(name=f"bench-llama-{tag}", backend="llamacpp"),
                         endpoint(name=f"bench-vllm-{tag}", backend="vllm")],
-                       levels=(1, 8, 16, 32, 64), requests=1000, tokens=100, gpu=gpu, server=server)
+                       levels=(1, 8, 16, 32, 64), requests=1000, tokens=100, gpu=gpu, server=True)
     print(f"  stored in {time.perf_counter() - t:.1f} s")
     client = Client(HTTP_HOST="localhost")
     rows = []

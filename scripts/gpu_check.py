@@ -33,7 +33,7 @@ async def main(a) -> dict:
     out = {"probe": gpu_telemetry.probe().to_dict(), "server": identity, "levels": []}
     for load in loads:
         outcome, gpu, server = await measure_observed(session, load, gpu_indices=[0], gpu_interval_s=0.1)
-        s = summarize_level(outcome.results, outcome.wall_s)
+        s = summarize_level(outcome.results, outcome.wall_s).to_dict()  # as a LevelResult stores it
         ratios = [(1 / r.tpot) / ((r.timings["predicted_n"] - 1) / r.timings["predicted_ms"] * 1000)
                   for r in outcome.results if r.ok and r.tpot and r.timings and r.timings.get("predicted_n", 0) > 1]
         prompt_ms = [r.timings["prompt_ms"] for r in outcome.results if r.ok and r.timings]
@@ -43,8 +43,8 @@ async def main(a) -> dict:
             "server_decode_tok_s": s["server_decode_tok_s"], "server_prompt_ms_p50": statistics.median(prompt_ms),
             "ours_over_server_decode": {"p50": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
             "prompt_tokens": sorted({r.prompt_tokens for r in outcome.results}),
-            "gpu": {k: v for k, v in gpu["summary"].items() if k != "gpus"},
-            "server_metrics": server["summary"], "client": outcome.client,
+            "gpu": {k: v for k, v in gpu.summary.to_dict().items() if k != "gpus"},
+            "server_metrics": server.summary.to_dict(), "client": outcome.client,
         })
     await session.close()
     return out

@@ -1,7 +1,18 @@
-"""Tiny factories: inventory rows made inline, named for what they are."""
+"""Tiny factories: inventory rows made inline, named for what they are; measured runs, GPU
+samples made the way the product makes them (the engine, the services)."""
+import asyncio
+import atexit
+from concurrent.futures import ThreadPoolExecutor
+
 from django.contrib.auth import get_user_model
 
-from benchmarks.models import Endpoint, Host, Model, Variant
+from benchmarks.engine import gpu as engine_gpu
+from benchmarks.engine.client import Load, Session, Target, Timeouts, Workload
+from benchmarks.engine.gpu import GpuSample
+from benchmarks.engine.observe import GpuTelemetry, measure_observed
+from benchmarks.engine.simulator import SimConfig, SimulatorProcess
+from benchmarks.models import Endpoint, Host, Model, Run, Variant
+from benchmarks.services import level_store
 
 
 def user(username="alice", staff=False):
@@ -30,32 +41,83 @@ def run_form(endpoint_rows, **overrides):
     return data
 
 
-def measured_run(endpoints, levels=(1, 8), requests=20, owner=None, seed=0, ttft=0.1, gap=0.02, tokens=20,
-                 prompt_tokens=512, gpu=None, server=None, **fields):
-    """A finished run stored through the real service (level_store), from synthetic requests."""
-    import random
-    from benchmarks.engine.client import LevelOutcome
-    from benchmarks.engine.metrics import RequestResult, level_wall_time
-    from benchmarks.models import Run
-    from benchmarks.services import level_store
+# Real engine output for measured_run: one simulator per backend dialect for the whole test
+# session, and each level the engine measured on it kept, keyed by what was measured.
+_SIMULATORS: dict[str, object] = {}
+_MEASURED: dict[tuple, tuple] = {}
 
-    rng = random.Random(seed)
+
+def _simulator(dialect: str):
+    if dialect not in _SIMULATORS:
+        sim = SimulatorProcess(SimConfig(dialect=dialect, prefill_ms=20.0, decode_ms=1.0)).__enter__()
+        atexit.register(sim.__exit__, None, None, None)
+        _SIMULATORS[dialect] = sim
+    return _SIMULATORS[dialect]
+
+
+def _measure(dialect: str, levels: tuple, requests: int, prompt_tokens: int, tokens: int, server: bool):
+    """(outcome, server telemetry) per level, as the engine's Session measured them on the
+    simulator speaking `dialect` (its /metrics scraped too with `server`)."""
+    key = (dialect, levels, requests, prompt_tokens, tokens, server)
+    if key not in _MEASURED:
+        async def run():
+            loads = [Load(concurrency=c, requests=requests) for c in levels]
+            session = Session(Target(_simulator(dialect).url, dialect), Workload(
+                prompt_tokens=prompt_tokens, output_tokens=tokens, temperature=0.7, warmup_requests=1),
+                Timeouts(connect=5, first_byte=30, total=60), loads=loads)
+            try:
+                preflight = await session.preflight()
+                assert preflight.ok, preflight.cause
+                await session.prepare(preflight.model)
+                out = []
+                for load in loads:
+                    if server:
+                        outcome, _, telemetry = await measure_observed(session, load)
+                    else:
+                        outcome, telemetry = await session.measure(load), None
+                    out.append((outcome, telemetry))
+                return out
+            finally:
+                await session.close()
+        # In a thread of its own: a test driving a browser already runs an event loop in this one.
+        with ThreadPoolExecutor(1) as pool:
+            _MEASURED[key] = pool.submit(asyncio.run, run()).result()
+    return _MEASURED[key]
+
+
+def gpu_samples(peak_mib=6000.0, start_mib=5000.0, process_mib=None, temperatures=(50, 60), index=0, ticks=2):
+    """GPU samples as the engine's sampler takes them (engine.gpu.GpuSample), 0.2 s apart, memory
+    rising from `start_mib` to `peak_mib`; `process_mib`: {pid: MiB} of the last sample."""
+    samples = []
+    for k in range(ticks):
+        last = k == ticks - 1
+        samples.append(GpuSample(
+            t=0.2 * k, index=index, memory_used_mib=peak_mib if last else start_mib,
+            process_memory_mib=dict(process_mib or {}) if last else {}, utilization_gpu=99 if last else 80,
+            utilization_memory=40, temperature_c=temperatures[-1] if last else temperatures[0],
+            power_w=300.0 if last else 200.0, sm_clock_mhz=1380, ecc_corrected=0, ecc_uncorrected=0))
+    return samples
+
+
+def gpu_telemetry(samples):
+    """What a level stores of these samples: the engine's own summary and series of them."""
+    return GpuTelemetry(engine_gpu.summary(samples), engine_gpu.series(samples))
+
+
+def measured_run(endpoints, levels=(1, 8), requests=20, owner=None, tokens=20, prompt_tokens=512, gpu=None,
+                 server=False, **fields):
+    """A finished run of real engine output, stored through the real service (level_store): every
+    level measured by the engine's Session on the simulator speaking each endpoint's dialect.
+    `gpu`: GpuSamples each level stores the engine's summary and series of; `server`: the levels'
+    server telemetry is the simulator's /metrics, scraped while measuring."""
     run = Run.objects.create(owner=owner, prompt_tokens=prompt_tokens, output_tokens=tokens, temperature=0.7,
-                             concurrency_levels=list(levels), requests_per_level=requests, warmup_requests=0,
+                             concurrency_levels=list(levels), requests_per_level=requests, warmup_requests=1,
                              status=Run.SUCCEEDED, progress_total=len(endpoints) * len(levels) * requests, **fields)
     run.endpoints.set(endpoints)
     for e in endpoints:
-        for index, c in enumerate(levels):
-            results = []
-            for i in range(requests):
-                first = ttft * (1 + rng.random())
-                chunks = [first + gap * k * (1 + 0.1 * rng.random()) for k in range(tokens)]
-                results.append(RequestResult(
-                    index=i, sent=(i // c) * chunks[-1], prompt_tokens_asked=prompt_tokens, output_tokens_asked=tokens,
-                    first_content=first, chunk_times=chunks, chunk_tokens=[1] * tokens, prompt_tokens=prompt_tokens,
-                    output_tokens=tokens, client_output_tokens=tokens,
-                    timings={"prompt_ms": first * 600, "predicted_per_second": 1 / gap, "prompt_per_second": 5000.0},
-                    finish_reason="length"))
-            outcome = LevelOutcome(c, results, 1_700_000_000.0 + index * 60, level_wall_time(results))
-            level_store(run=run, endpoint=e, outcome=outcome, level_index=index, gpu=gpu, server=server)
+        measured = _measure(e.backend, tuple(levels), requests, prompt_tokens, tokens, bool(server))
+        for index, (outcome, telemetry) in enumerate(measured):
+            level_store(run=run, endpoint=e, outcome=outcome, level_index=index,
+                        gpu=gpu_telemetry(gpu) if gpu else None, server=telemetry)
     return run
+

@@ -83,13 +83,13 @@ def test_each_dialect_is_measured_with_exact_prompts_and_outputs(simulator, dial
     if dialect == "openai":
         assert pool is None and all(r.prompt_tokens_sent is None for r in results)  # text prompts
         assert [(r.output_tokens, r.finish_reason) for r in results] == [(3, "stop")] * 4
-        assert server["summary"]["status"].startswith("not available: HTTP 404")
+        assert server.summary.status.startswith("not available: HTTP 404")
     else:
         assert pool, "prompts are token ids from the server's own tokenizer"
         assert [(r.output_tokens, r.finish_reason) for r in results] == [(12, "length")] * 4
-        s = server["summary"]
-        assert s["status"] == "ok" and s["dialect"] == dialect and s["idle_at_start"] is True
-        assert s["generation_tokens_delta"] == 4 * 12 and s["max_running"] >= 1
+        s = server.summary
+        assert s.status == "ok" and s.dialect == dialect and s.idle_at_start is True
+        assert s.deltas["generation_tokens"] == 4 * 12 and s.max_running >= 1
 
 
 # ------------------------------------------------------------------------------ tokenize
@@ -204,9 +204,9 @@ def test_an_sglang_page_maps_onto_the_products_figures():
                    .replace("_count{model_name=\"Qwen/Qwen2.5-7B-Instruct\"} 40.0\n# HELP sglang:inter",
                             "_count{model_name=\"Qwen/Qwen2.5-7B-Instruct\"} 50.0\n# HELP sglang:inter"))
     s = summary([MetricsSample(1.0, 0.001, m), MetricsSample(2.0, 0.001, later)], "ok")
-    assert s["generation_tokens_delta"] == 400 and s["cached_prompt_tokens_delta"] == 16
-    assert s["ttft_mean_s"] == pytest.approx(0.1)  # (7 - 6) s over 10 more requests
-    assert s["dialect"] == "sglang" and s["max_running"] == 6
+    assert s.deltas["generation_tokens"] == 400 and s.deltas["cached_prompt_tokens"] == 16
+    assert s.means["ttft"] == pytest.approx(0.1)  # (7 - 6) s over 10 more requests
+    assert s.dialect == "sglang" and s.max_running == 6
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "llamacpp", "sglang"])
@@ -373,9 +373,9 @@ def test_a_backend_in_one_new_class_is_measured_end_to_end(toy):
     assert pool, "prompts are built with the toy server's own tokenizer"
     assert [(r.ok, r.prompt_tokens, r.output_tokens) for r in outcome.results] == [(True, 30, 9)] * 4
     assert ident == {"backend": "toy", "toy_version": "toy-1", "notes": []}
-    s = server["summary"]
-    assert s["status"] == "ok" and s["dialect"] == "toy" and s["generation_tokens_delta"] == 4 * 9
-    assert s["idle_at_start"] is True and s["max_running"] >= 1
+    s = server.summary
+    assert s.status == "ok" and s.dialect == "toy" and s.deltas["generation_tokens"] == 4 * 9
+    assert s.idle_at_start is True and s.max_running >= 1
 
 
 @pytest.mark.django_db

@@ -4,17 +4,25 @@ import json
 import pytest
 
 from benchmarks import charts
+from benchmarks.engine.catalogue import metric
+from benchmarks.engine.gpu import GpuSeries
+from benchmarks.engine.points import Point
+from benchmarks.engine.server_metrics import ServerSeries
+
+
+def point(concurrency, aggregate, decode):
+    return Point(label=f"c={concurrency}", concurrency=concurrency,
+                 figures={"aggregate_tok_s": aggregate, "decode_tok_s_p50": decode})
 
 
 def test_throughput_draws_aggregate_and_per_stream_per_series():
     fig = charts.throughput_figure([
-        {"label": "llama", "kind": "measured", "levels": [{"concurrency": 1, "aggregate_tok_s": 56, "decode_tok_s": 56},
-                                                          {"concurrency": 8, "aggregate_tok_s": 235, "decode_tok_s": 29.4}]},
-        {"label": "V100 write-up", "kind": "published", "levels": [{"concurrency": 8, "aggregate_tok_s": 150, "decode_tok_s": 18.7}]},
+        {"label": "llama", "kind": "measured", "levels": [point(1, 56, 56), point(8, 235, 29.4)]},
+        {"label": "V100 write-up", "kind": "published", "levels": [point(8, 150, 18.7)]},
     ])
     names = [t["name"] for t in fig["data"]]
-    assert names == ["llama — aggregate", "llama — per stream", "V100 write-up (published) — aggregate",
-                     "V100 write-up (published) — per stream"]
+    assert names == ["llama — aggregate output", "llama — decode per stream",
+                     "V100 write-up (published) — aggregate output", "V100 write-up (published) — decode per stream"]
     assert fig["data"][0]["x"] == [1, 8] and fig["data"][0]["y"] == [56, 235]
     assert fig["data"][1]["yaxis"] == "y2"
     assert fig["table"]["rows"][1] == ["llama", "measured", 8, 235, 29.4]
@@ -23,7 +31,7 @@ def test_throughput_draws_aggregate_and_per_stream_per_series():
 def test_distribution_marks_exact_percentiles_even_when_values_are_sampled():
     values = list(range(10000))
     stats = {"count": 10000, "p50": 4999.5, "p90": 8999.1, "p99": 9899.01, "mean": 4999.5, "min": 0, "max": 9999}
-    fig = charts.distribution_figure("TTFT", "ms", [{"name": "c=8", "values": values, "stats": stats}])
+    fig = charts.distribution_figure(metric("ttft_ms"), [{"name": "c=8", "values": values, "stats": stats}])
     box, marks = fig["data"]
     assert len(box["y"]) == charts.MAX_POINTS
     assert marks["text"] == ["p50", "p90", "p99"] and marks["y"] == [4999.5, 8999.1, 9899.01]
@@ -55,8 +63,8 @@ def test_timeline_is_downsampled_and_says_so():
 
 
 def test_gpu_figure_has_level_boundaries_and_one_panel_per_metric():
-    series = {"t": [0.0, 0.2, 0.4], "gpus": {"0": {"memory_used_mib": [1024, 2048, 2048], "utilization_gpu": [0, 90, 95],
-                                                   "temperature_c": [40, 50, 55], "power_w": [60, 250, 260]}}}
+    series = GpuSeries([0.0, 0.2, 0.4], {"0": {"memory_used_mib": [1024, 2048, 2048], "utilization_gpu": [0, 90, 95],
+                                               "temperature_c": [40, 50, 55], "power_w": [60, 250, 260]}})
     fig = charts.gpu_figure([{"label": "c=1", "offset_s": 0.0, "series": series},
                              {"label": "c=8", "offset_s": 5.0, "series": series}])
     mem = fig["data"][0]
@@ -68,11 +76,12 @@ def test_gpu_figure_has_level_boundaries_and_one_panel_per_metric():
 
 
 def test_server_figure_skips_metrics_the_server_does_not_report():
-    fig = charts.server_figure([{"label": "c=1", "offset_s": 0, "series": {"t": [0, 1], "running": [0, 3], "waiting": [0, 1]}}])
-    assert [t["name"] for t in fig["data"]] == ["running requests", "waiting requests"]
+    fig = charts.server_figure([{"label": "c=1", "offset_s": 0,
+                                 "series": ServerSeries([0, 1], {"running": [0, 3], "waiting": [0, 1]})}])
+    assert [t["name"] for t in fig["data"]] == ["Running requests", "Waiting requests"]
 
 
 def test_csv_has_the_table():
-    fig = charts.throughput_figure([{"label": "a", "levels": [{"concurrency": 1, "aggregate_tok_s": 10.0, "decode_tok_s": 10.0}]}])
+    fig = charts.throughput_figure([{"label": "a", "levels": [point(1, 10.0, 10.0)]}])
     assert charts.to_csv(fig).splitlines() == [
-        "series,kind,concurrent requests,aggregate output tok/s,decode tok/s per stream (p50)", "a,measured,1,10.0,10.0"]
+        "series,kind,concurrent requests,Aggregate output (tok/s),Decode per stream p50 (tok/s)", "a,measured,1,10.0,10.0"]

@@ -1,4 +1,9 @@
 from benchmarks.compare import differences, fingerprint, ratio_sentences
+from benchmarks.engine.points import Point
+
+
+def at(concurrency, **figures):
+    return Point(label=f"c={concurrency}", concurrency=concurrency, figures=figures)
 
 
 def series(label, levels, **fp):
@@ -9,22 +14,22 @@ def series(label, levels, **fp):
 
 
 def test_ratios_in_words_at_common_levels():
-    llama = series("llama.cpp Q4_K_M", [{"concurrency": 1, "decode_tok_s": 56.0}, {"concurrency": 8, "decode_tok_s": 29.4, "aggregate_tok_s": 235.0}])
-    vllm = series("vLLM FP8", [{"concurrency": 1, "decode_tok_s": 32.0}, {"concurrency": 8, "decode_tok_s": 18.7, "aggregate_tok_s": 150.0}])
+    llama = series("llama.cpp Q4_K_M", [at(1, decode_tok_s_p50=56.0), at(8, decode_tok_s_p50=29.4, aggregate_tok_s=235.0)])
+    vllm = series("vLLM FP8", [at(1, decode_tok_s_p50=32.0), at(8, decode_tok_s_p50=18.7, aggregate_tok_s=150.0)])
     texts = [s["text"] for s in ratio_sentences([vllm, llama])]
     assert "llama.cpp Q4_K_M decodes 1.75× faster than vLLM FP8 at 1 concurrent user (56.0 vs 32.0 tok/s per stream)." in texts
     assert any("llama.cpp Q4_K_M delivers 1.57× the aggregate output throughput of vLLM FP8 at 8 concurrent users" in t for t in texts)
 
 
 def test_lower_ttft_wins():
-    a = series("A", [{"concurrency": 1, "ttft_p50": 100.0}])
-    b = series("B", [{"concurrency": 1, "ttft_p50": 250.0}])
+    a = series("A", [at(1, ttft_ms_p50=100.0)])
+    b = series("B", [at(1, ttft_ms_p50=250.0)])
     assert ratio_sentences([a, b])[0]["text"].startswith("A reaches the first token 2.50× sooner than B")
 
 
 def test_no_ratio_without_a_common_level():
-    a = series("A", [{"concurrency": 1, "decode_tok_s": 10.0}])
-    b = series("B", [{"concurrency": 4, "decode_tok_s": 10.0}])
+    a = series("A", [at(1, decode_tok_s_p50=10.0)])
+    b = series("B", [at(4, decode_tok_s_p50=10.0)])
     assert ratio_sentences([a, b]) == []
 
 

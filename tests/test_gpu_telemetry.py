@@ -262,7 +262,7 @@ def test_the_real_no_driver_path_on_this_machine():
     sampler = GpuSampler([0], interval_s=0.01)
     sampler.start()
     assert sampler.status == host.status
-    assert sampler.stop() == [] and sampler.summary()["gpus"] == [] and sampler.series() == {"t": [], "gpus": {}}
+    assert sampler.stop() == [] and sampler.summary().gpus == [] and sampler.series() == gpu.GpuSeries()
 
 
 # ------------------------------------------------------------------------------ throttle
@@ -372,10 +372,10 @@ def test_ecc_errors_that_rise_during_a_run_are_counted():
     assert sampler.ecc_before[0]["corrected"] == {"volatile": 0, "aggregate": 3}
     assert sampler.ecc_after[0]["corrected"] == {"volatile": 2, "aggregate": 5}
     s = sampler.summary()
-    assert (s["ecc_corrected_delta"], s["ecc_uncorrected_delta"]) == (2, 0)
+    assert (s.ecc_corrected_delta, s.ecc_uncorrected_delta) == (2, 0)
     assert samples[0].ecc_corrected == 0 and samples[-1].ecc_corrected == 2
     # From the samples alone (no before/after readings) the same rise shows.
-    assert summary(samples)["gpus"][0]["ecc_corrected_delta"] == 2
+    assert summary(samples).gpus[0].ecc_corrected_delta == 2
 
 
 def test_summary_per_gpu_and_across_gpus():
@@ -390,21 +390,21 @@ def test_summary_per_gpu_and_across_gpus():
                s(0.4, 0, 15100, 65, 240.0, 80, []),
                s(0.6, 0, 15100, 66, None, 90, ["idle"], ecc=1)]
     out = summary(samples)
-    g0, g1 = out["gpus"]
-    assert g0["samples"] == 4 and g0["peak_memory_used_mib"] == 15200
-    assert g0["peak_process_memory_mib"] == {"4242": 14950.0}
-    assert g0["max_temperature_c"] == 70 and g0["max_power_w"] == 250.0
-    assert g0["mean_utilization_gpu"] == 90 and g0["min_sm_clock_mhz"] == 1310
-    assert g0["throttle_reasons"] == {"idle": 0.25, "sw_power_cap": 0.5, "sw_thermal": 0.25}
-    assert g0["throttled_share"] == 0.5  # idle is not throttling
-    assert g0["ecc_corrected_delta"] == 1
-    assert g1["throttled_share"] == 0 and g1["ecc_corrected_delta"] is None  # one sample: no delta
+    g0, g1 = out.gpus
+    assert g0.samples == 4 and g0.peak_memory_used_mib == 15200
+    assert g0.peak_process_memory_mib == {"4242": 14950.0}
+    assert g0.max_temperature_c == 70 and g0.max_power_w == 250.0
+    assert g0.mean_utilization_gpu == 90 and g0.min_sm_clock_mhz == 1310
+    assert g0.throttle_reasons == {"idle": 0.25, "sw_power_cap": 0.5, "sw_thermal": 0.25}
+    assert g0.throttled_share == 0.5  # idle is not throttling
+    assert g0.ecc_corrected_delta == 1
+    assert g1.throttled_share == 0 and g1.ecc_corrected_delta is None  # one sample: no delta
     # Across GPUs: the worst GPU, what validity.level_flags reads.
-    assert out["max_temperature_c"] == 70 and out["peak_memory_used_mib"] == 15200
-    assert out["throttle_reasons"] == {"idle": 1.0, "sw_power_cap": 0.5, "sw_thermal": 0.25}
-    assert out["ecc_corrected_delta"] == 1 and out["mean_utilization_gpu"] == 50 and out["samples"] == 5
-    json.dumps(out)
-    assert summary([])["gpus"] == []
+    assert out.max_temperature_c == 70 and out.peak_memory_used_mib == 15200
+    assert out.throttle_reasons == {"idle": 1.0, "sw_power_cap": 0.5, "sw_thermal": 0.25}
+    assert out.ecc_corrected_delta == 1 and out.mean_utilization_gpu == 50 and out.samples == 5
+    json.dumps(out.to_dict())
+    assert summary([]).gpus == []
 
 
 def test_the_summary_feeds_the_validity_flags():
@@ -419,9 +419,9 @@ def test_series_are_columns_on_the_shared_clock():
     nv = FakeNVML([FakeGpu(), FakeGpu(temperature=50, throttle=0x001)])
     samples = [gpu.read_sample(nv, i, i, t) for t in (1.0, 1.2) for i in (0, 1)]
     out = gpu.series(samples)
-    assert out["t"] == [1.0, 1.2] and set(out["gpus"]) == {"0", "1"}
-    assert out["gpus"]["1"]["temperature_c"] == [50, 50]
-    assert out["gpus"]["0"]["memory_used_mib"] == [15200.0, 15200.0]
-    assert out["gpus"]["0"]["throttle"] == [["sw_power_cap"], ["sw_power_cap"]]
-    assert out["gpus"]["1"]["throttle"] == [[], []]  # idle is not drawn
-    json.dumps(out)
+    assert out.t == [1.0, 1.2] and set(out.gpus) == {"0", "1"}
+    assert out.gpus["1"]["temperature_c"] == [50, 50]
+    assert out.gpus["0"]["memory_used_mib"] == [15200.0, 15200.0]
+    assert out.gpus["0"]["throttle"] == [["sw_power_cap"], ["sw_power_cap"]]
+    assert out.gpus["1"]["throttle"] == [[], []]  # idle is not drawn
+    json.dumps(out.to_dict())

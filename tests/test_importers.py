@@ -60,10 +60,10 @@ def test_vllm_detailed_result_maps_to_one_level():
             "mean": src[f"mean_{theirs}_ms"], "p50": src[f"median_{theirs}_ms"],
             "p90": src[f"p90_{theirs}_ms"], "p99": src[f"p99_{theirs}_ms"]}
     assert level.ttft_ms["mean"] == 519.011
-    assert level.aggregate_output_tok_s == 154.359
+    assert level.aggregate_tok_s == 154.359
     assert level.request_throughput == 1.54359
-    assert level.decode_tok_s_per_stream == pytest.approx(1000 / 41.2599)
-    assert level.prefill_tok_s is None  # the file states no prefill speed
+    assert level.decode_tok_s == {"p50": pytest.approx(1000 / 41.2599)}
+    assert level.prefill_tok_s == {}  # the file states no prefill speed
     assert any("1000 / median TPOT" in n for n in level.notes)
 
 
@@ -76,7 +76,7 @@ def test_vllm_appended_results_become_levels():
     assert one.e2e_ms == {}  # e2el not in the default --percentile-metrics
     assert (eight.completed, eight.failed) == (31, 1)
     assert eight.prompt_tokens == pytest.approx(15872 / 31)
-    assert eight.decode_tok_s_per_stream == pytest.approx(1000 / 49.20)
+    assert eight.decode_tok_s == {"p50": pytest.approx(1000 / 49.20)}
 
 
 def test_vllm_rate_and_failed_from_errors_in_older_files():
@@ -125,12 +125,12 @@ def test_guidellm_v04_report():
     assert conc.tpot_ms["mean"] == ok("inter_token_latency_ms")["mean"]
     assert conc.itl_ms == {}
     assert conc.e2e_ms["p50"] == pytest.approx(ok("request_latency")["percentiles"]["p50"] * 1000)
-    assert conc.decode_tok_s_per_stream == pytest.approx(
-        1000 / ok("inter_token_latency_ms")["percentiles"]["p50"])
-    assert conc.aggregate_output_tok_s == ok("output_tokens_per_second")["mean"]
+    assert conc.decode_tok_s == {"p50": pytest.approx(
+        1000 / ok("inter_token_latency_ms")["percentiles"]["p50"])}
+    assert conc.aggregate_tok_s == ok("output_tokens_per_second")["mean"]
     assert conc.request_throughput == ok("requests_per_second")["mean"]
     assert (conc.prompt_tokens, conc.output_tokens) == (512.0, 100.0)
-    assert conc.prefill_tok_s is None
+    assert conc.prefill_tok_s == {}
     assert any("time_per_output_token_ms includes TTFT" in n for n in report.notes)
 
 
@@ -141,7 +141,7 @@ def test_guidellm_v02_layout_poisson():
     assert report.model == "DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf"  # worker.backend_model
     assert (level.label, level.request_rate, level.concurrency) == ("poisson@2 req/s", 2.0, None)
     assert (level.completed, level.failed) == (11, 1)
-    assert level.aggregate_output_tok_s == 190.0
+    assert level.aggregate_tok_s == 190.0
 
 
 @pytest.mark.parametrize("strategy, label, conc, rate", [
@@ -174,11 +174,11 @@ def test_llama_bench_pp_and_tg():
     assert report.created == "2025-12-03T13:58:41Z"
     pp, tg = report.levels
     assert (pp.label, pp.concurrency, pp.prompt_tokens, pp.prefill_tok_s) == (
-        "pp512", 1.0, 512.0, 2850.609004)
-    assert pp.decode_tok_s_per_stream is None
-    assert (tg.label, tg.concurrency, tg.output_tokens, tg.decode_tok_s_per_stream) == (
-        "tg128", 1.0, 128.0, 97.338109)
-    assert tg.prefill_tok_s is None and tg.tpot_ms == {}
+        "pp512", 1.0, 512.0, {"mean": 2850.609004})
+    assert pp.decode_tok_s == {}
+    assert (tg.label, tg.concurrency, tg.output_tokens, tg.decode_tok_s) == (
+        "tg128", 1.0, 128.0, {"mean": 97.338109})
+    assert tg.prefill_tok_s == {} and tg.tpot_ms == {}
 
 
 def test_llama_bench_jsonl_and_single_line():
@@ -186,7 +186,7 @@ def test_llama_bench_jsonl_and_single_line():
     jsonl = "\n".join(json.dumps(e) for e in entries).encode() + b"\n"
     assert parse_report(jsonl).levels == parse_report(raw("llama_bench_pp512_tg128.json")).levels
     [tg] = parse_report(dump(entries[1])).levels
-    assert tg.decode_tok_s_per_stream == 97.338109
+    assert tg.decode_tok_s == {"mean": 97.338109}
 
 
 def test_llama_bench_sweep_depth_and_pg():
@@ -449,9 +449,9 @@ def test_published_v100_writeup():
         assert [lv.concurrency for lv in report.levels] == [1.0, 8.0]
         for lv in report.levels:
             assert (lv.prompt_tokens, lv.output_tokens) == (512.0, 100.0)
-            assert lv.ttft_ms == {} and lv.tpot_ms == {} and lv.prefill_tok_s is None
+            assert lv.ttft_ms == {} and lv.tpot_ms == {} and lv.prefill_tok_s == {}
     assert (fp8.backend, q4.backend, awq.backend) == ("vllm", "llamacpp", "vllm")
-    figures = lambda r: [(lv.decode_tok_s_per_stream, lv.aggregate_output_tok_s)  # noqa: E731
+    figures = lambda r: [(lv.decode_tok_s.get("mean"), lv.aggregate_tok_s)  # noqa: E731
                          for lv in r.levels]
     assert figures(fp8) == [(32.0, None), (18.7, 150.0)]
     assert figures(q4) == [(56.0, None), (29.4, 235.0)]

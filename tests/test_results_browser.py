@@ -5,21 +5,17 @@ from pathlib import Path
 import pytest
 
 from benchmarks.services import published_reports_load
-from factories import endpoint, measured_run
+from factories import endpoint, gpu_samples, measured_run
 from conftest import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 DATA = Path(__file__).parent / "data" / "imports"
-GPU = {"summary": {"samples": 2, "peak_memory_used_mib": 6000, "max_temperature_c": 60, "throttle_reasons": {}},
-       "series": {"t": [0.0, 0.2], "gpus": {"0": {"memory_used_mib": [5000, 6000], "utilization_gpu": [80, 99],
-                                                    "temperature_c": [50, 60], "power_w": [200, 300]}}}}
-SERVER = {"summary": {"samples": 2, "idle_at_start": True}, "idle_at_start": True,
-          "series": {"t": [0.0, 0.5], "running": [0, 8], "waiting": [0, 2], "kv_cache_usage": [0.0, 0.4]}}
+GPU = gpu_samples(peak_mib=6000.0)
 
 
 def test_a_logged_out_colleague_opens_a_run_and_every_chart_draws(page, live_server):
     run = measured_run([endpoint(name="llama", backend="llamacpp"), endpoint(name="vllm", backend="vllm")],
-                       levels=(1, 8), requests=30, gpu=GPU, server=SERVER)
+                       levels=(1, 8), requests=30, gpu=GPU, server=True)
     page.goto(live_server.url + run.get_absolute_url())
     assert "Log in" in page.locator("header").inner_text()  # not logged in
     charts = page.locator(".chart")

@@ -8,15 +8,11 @@ import pytest
 from django.urls import reverse
 
 from benchmarks import services
-from factories import endpoint, measured_run, user
+from factories import endpoint, gpu_samples, measured_run, user
 
 pytestmark = pytest.mark.django_db
 
-GPU = {"summary": {"samples": 2, "peak_memory_used_mib": 6000, "max_temperature_c": 60, "throttle_reasons": {},
-                   "gpus": [{"index": 0, "peak_process_memory_mib": {"4242": 5800.0}}]},
-       "series": {"t": [0.0, 0.2], "gpus": {"0": {"memory_used_mib": [5000, 6000], "utilization_gpu": [80, 99],
-                                                    "temperature_c": [50, 60], "power_w": [200, 300]}}}}
-SERVER = {"summary": {}, "idle_at_start": True, "series": {"t": [0.0, 0.5], "running": [0, 8], "waiting": [0, 2]}}
+GPU = gpu_samples(peak_mib=6000.0, process_mib={4242: 5800.0})
 
 
 def chart(client, run, name, fmt="json", **params):
@@ -25,7 +21,7 @@ def chart(client, run, name, fmt="json", **params):
 
 
 def test_every_chart_answers_json_and_csv_logged_out(client):
-    run = measured_run([endpoint(name="llama", backend="llamacpp")], gpu=GPU, server=SERVER)
+    run = measured_run([endpoint(name="llama", backend="llamacpp")], gpu=GPU, server=True)
     for name in ("throughput", "ttft", "tpot", "e2e", "timeline", "gpu", "server"):
         r = chart(client, run, name)
         assert r.status_code == 200, name
@@ -55,7 +51,7 @@ def test_an_unknown_chart_is_404(client):
 
 
 def test_the_run_page_offers_every_chart_the_chart_endpoint_draws(client):
-    run = measured_run([endpoint()], levels=(1, 2), requests=4, gpu=GPU, server=SERVER)
+    run = measured_run([endpoint()], levels=(1, 2), requests=4, gpu=GPU, server=True)
     page = client.get(run.get_absolute_url()).content.decode()
     offered = re.findall(r'<section class="chart-box" id="chart-([^"]+)"', page)
     assert offered == ["throughput", "ttft", "tpot", "e2e", "timeline", "gpu", "server"]

@@ -533,12 +533,12 @@ def test_the_pages_work_under_the_content_security_policy(browser, live_server):
     list, change form with the GPU picker, and delete page) in chromium: no policy violation
     reported, no console error, and the charts drawn."""
     from conftest import log_in, watched
-    from test_results_browser import GPU, SERVER
+    from test_results_browser import GPU
 
     from benchmarks import decisions
 
     e = endpoint(name="llama", backend="llamacpp", quantization="gguf_q4_k_m")
-    run = measured_run([e], levels=(1, 8), requests=20, gpu=GPU, server=SERVER)
+    run = measured_run([e], levels=(1, 8), requests=20, gpu=GPU, server=True)
     decision = decisions.decision_create(owner=user(), inputs={
         "host": None, "gpu_name": "Tesla V100-PCIE-16GB", "compute_capability": "7.0", "vram_gib": 16.0,
         "gpu_count": 1, "interconnect": "pcie", "model": None, "users": 8, "prompt_tokens": 512,

@@ -277,11 +277,12 @@ def test_summary_of_a_span_uses_counter_and_histogram_deltas():
     ).replace("} 25600.0", "} 27600.0"))
     out = summary([first, MetricsSample(10.5, 0.001, error="ReadTimeout: "),
                    MetricsSample(11.0, 0.001, later)], "ok")
-    assert out["idle_at_start"] is True and out["samples"] == 2 and out["errors"] == 1
-    assert out["span_s"] == 1.0 and out["generation_tokens_delta"] == 2000
-    assert out["ttft_mean_s"] == pytest.approx(0.1)  # (7.312 - 5.312) / 20 requests
-    assert "itl_mean_s" not in out  # no new observations in the span
-    assert out["max_running"] == 3 and out["dialect"] == "vllm"
+    assert out.idle_at_start is True and out.samples == 2 and out.errors == 1
+    assert out.span_s == 1.0 and out.deltas["generation_tokens"] == 2000
+    assert out.means["ttft"] == pytest.approx(0.1)  # (7.312 - 5.312) / 20 requests
+    assert "itl" not in out.means  # no new observations in the span
+    assert out.max_running == 3 and out.dialect == "vllm"
+    assert out.to_dict()["ttft_mean_s"] == out.means["ttft"]  # stored flat, as it always was
 
 
 def test_nan_values_are_left_out():
@@ -339,9 +340,9 @@ def test_sampler_follows_the_simulator_on_the_perf_counter_clock(simulator, dial
     assert last["dialect"] == dialect
     assert ("kv_cache_usage" in last) == (dialect == "vllm")
     summ, cols = sampler.summary(), sampler.series()
-    assert summ["idle_at_start"] is True and summ["max_running"] == 4 and summ["status"] == "ok"
-    assert summ["generation_tokens_delta"] == 320 and summ["samples"] == len(samples)
-    assert cols["t"] == ts and max(cols["running"]) == 4 and len(cols["waiting"]) == len(ts)
+    assert summ.idle_at_start is True and summ.max_running == 4 and summ.status == "ok"
+    assert summ.deltas["generation_tokens"] == 320 and summ.samples == len(samples)
+    assert cols.t == ts and max(cols.column("running")) == 4 and len(cols.column("waiting")) == len(ts)
 
 
 class _Server:

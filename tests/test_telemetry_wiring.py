@@ -54,7 +54,7 @@ def test_server_metrics_and_identity_are_stored_with_each_level(client, simulato
     page = client.get(run.get_absolute_url()).content.decode()
     assert 'id="server-config"' in page and "total_slots" in page and "GPU not sampled" in page
     fig = client.get(reverse("run-chart", args=[run.public_id, "server", "json"])).json()
-    assert any(t["name"] == "running requests" for t in fig["data"])
+    assert any(t["name"] == "Running requests" for t in fig["data"])
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,5 +1,8 @@
 import pytest
 
+from benchmarks.engine import gpu as gpu_telemetry
+from benchmarks.engine.gpu import GpuSample
+from benchmarks.engine.metrics import RequestResult, level_wall_time, summarize_level
 from benchmarks.engine.validity import level_flags, merge
 
 
@@ -7,29 +10,49 @@ def codes(flags):
     return {f.code for f in flags}
 
 
-def base(**kw):
-    s = {"requests": 200, "failed": 0, "completed": 200, "stopped_short": 0, "prompt_drift": 0}
-    s.update(kw)
-    return s
+def base(requests=200, failed=0, stopped_short=0, prompt_drift=0):
+    """The engine's summary of a level of `requests` requests, of which `failed` failed,
+    `stopped_short` stopped before the 10 tokens asked and `prompt_drift` had 511 prompt tokens
+    for the 512 asked."""
+    results = []
+    for i in range(requests):
+        tokens = 7 if i < stopped_short else 10
+        chunks = [0.1 + 0.01 * k for k in range(tokens)]
+        results.append(RequestResult(
+            index=i, sent=0.0, prompt_tokens_asked=512, output_tokens_asked=10, first_content=0.1,
+            chunk_times=chunks, chunk_tokens=[1] * tokens, prompt_tokens=511 if i < prompt_drift else 512,
+            output_tokens=tokens, client_output_tokens=tokens) if i < requests - failed else RequestResult(
+            index=i, sent=0.0, prompt_tokens_asked=512, output_tokens_asked=10, error="HTTP 500"))
+    return summarize_level(results, level_wall_time(results))
+
+
+def gpu(temperatures=(60,), throttle=(), ecc=(0,)):
+    """The engine's GPU summary of samples with these temperatures, throttle reasons (one list a
+    sample) and volatile corrected ECC counts."""
+    n = max(len(temperatures), len(throttle), len(ecc))
+    samples = [GpuSample(t=0.2 * k, index=0, temperature_c=temperatures[min(k, len(temperatures) - 1)],
+                         throttle=list(throttle[k]) if k < len(throttle) else [],
+                         ecc_corrected=ecc[min(k, len(ecc) - 1)], ecc_uncorrected=0) for k in range(n)]
+    return gpu_telemetry.summary(samples)
 
 
 def test_a_clean_level_has_no_flags():
-    assert level_flags(base(), client={"loop_lag_ms_p99": 0.5, "cpu_percent": 30}, gpu={},
+    assert level_flags(base(), client={"loop_lag_ms_p99": 0.5, "cpu_percent": 30}, gpu=gpu(),
                        server_idle_at_start=True) == []
 
 
 @pytest.mark.parametrize("summary, kwargs, code", [
-    (base(failed=20, completed=180), {}, "error_rate"),
+    (base(failed=20), {}, "error_rate"),
     (base(stopped_short=3), {}, "stopped_short"),
     (base(prompt_drift=2), {}, "prompt_drift"),
-    (base(requests=10, completed=10), {}, "few_samples"),
+    (base(requests=10), {}, "few_samples"),
     (base(), {"client": {"loop_lag_ms_p99": 12.0}}, "client_saturated"),
     (base(), {"client": {"send_lag_ms_p99": 40.0}}, "client_saturated"),
     (base(), {"client": {"cpu_percent": 97.0}}, "client_saturated"),
     (base(), {"server_idle_at_start": False}, "server_busy"),
-    (base(), {"gpu": {"ecc_corrected_delta": 4}}, "ecc"),
-    (base(), {"gpu": {"throttle_reasons": {"hw_thermal": 0.3}}}, "throttled"),
-    (base(), {"gpu": {"max_temperature_c": 91}}, "hot"),
+    (base(), {"gpu": gpu(ecc=(0, 4))}, "ecc"),
+    (base(), {"gpu": gpu(throttle=([], ["hw_thermal"], []))}, "throttled"),
+    (base(), {"gpu": gpu(temperatures=(70, 91))}, "hot"),
 ])
 def test_each_check_raises_its_flag_with_a_reason(summary, kwargs, code):
     flags = level_flags(summary, **kwargs)
@@ -38,7 +61,7 @@ def test_each_check_raises_its_flag_with_a_reason(summary, kwargs, code):
 
 
 def test_idle_and_boost_clocks_are_not_throttling():
-    assert level_flags(base(), gpu={"throttle_reasons": {"idle": 1.0, "sync_boost": 0.5}}) == []
+    assert level_flags(base(), gpu=gpu(throttle=(["idle"], ["idle", "sync_boost"]))) == []
 
 
 def test_send_lag_is_expected_when_a_cap_holds_requests_back():
@@ -50,3 +73,11 @@ def test_run_flags_keep_each_code_once():
     b = level_flags(base(stopped_short=5, prompt_drift=1))
     merged = merge([a, b])
     assert [f["code"] for f in merged] == ["stopped_short", "prompt_drift"]
+
+
+def test_stored_summaries_are_read_through_their_readers():
+    """What a LevelResult stored (any version) gives the same flags as the engine's own output."""
+    summary, hot = base(stopped_short=2), gpu(temperatures=(70, 91))
+    stored_v1 = {k: v for k, v in summary.to_dict().items() if k != "version"}
+    assert codes(level_flags(stored_v1, gpu=hot.to_dict())) == codes(level_flags(summary, gpu=hot)) == {
+        "stopped_short", "hot"}

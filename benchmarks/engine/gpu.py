@@ -8,15 +8,16 @@ Nothing here raises because a host has no GPU or driver: `probe()` says so in `s
 does not support (NVLink state on a PCIe card, ECC on a consumer card) reads None or
 "not supported" instead of failing the whole probe.
 
-`summary()` and `series()` give what a LevelResult stores (gpu_summary, gpu_series) in the
-shapes engine.validity and charts read. Cost measured on an H200 (driver 580): one
+`summary()` and `series()` give what a LevelResult stores (gpu_summary, gpu_series): a
+`GpuSummary` and a `GpuSeries`, each with its one writer (`to_dict`) and one reader
+(`from_dict`, which reads every stored version) side by side. Cost measured on an H200 (driver 580): one
 `read_sample` 0.04 ms median, one sampler round 0.3 ms, so 5 Hz costs nothing measurable.
 """
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 try:
     import pynvml
@@ -387,20 +388,50 @@ class GpuSampler:
             _shutdown(self.nv)
         return self.samples
 
-    def summary(self) -> dict:
-        return summary(self.samples, self.ecc_before, self.ecc_after)
+    def summary(self) -> "GpuSummary":
+        return summary(self.samples, self.ecc_before, self.ecc_after, status=self.status)
 
-    def series(self) -> dict:
+    def series(self) -> "GpuSeries":
         return series(self.samples)
 
 
 SERIES_FIELDS = ("memory_used_mib", "utilization_gpu", "utilization_memory", "temperature_c",
                  "power_w", "sm_clock_mhz")
+STORED_VERSION = 2  # of gpu_summary and gpu_series; see each reader for the older shapes
 
 
-def series(samples: list[GpuSample]) -> dict:
-    """Samples as columns for storage and charts: {"t": [...], "gpus": {"0": {field: [...]}}}.
-    GPUs are read together at each tick, so they share "t"; keys are strings as in JSON."""
+@dataclass(frozen=True)
+class GpuSeries:
+    """Samples as columns for storage and charts, on the shared clock: `t`, and per GPU (keys
+    are strings, as in JSON) a column per SERIES_FIELDS plus "throttle" (the throttling reasons
+    seen at each tick)."""
+
+    t: list = field(default_factory=list)
+    gpus: dict = field(default_factory=dict)  # "0" -> {field: [...]}
+
+    def column(self, gpu: str, name: str) -> list:
+        return (self.gpus.get(gpu) or {}).get(name) or []
+
+    def shifted(self, t0: float) -> "GpuSeries":
+        """Times made relative to `t0` (a level's start)."""
+        return GpuSeries([round(t - t0, 4) for t in self.t], self.gpus)
+
+    def to_dict(self) -> dict:
+        """{"version", "t": [...], "gpus": {"0": {field: [...]}}}; no samples: {} (nothing stored)."""
+        if not self.t:
+            return {}
+        return {"version": STORED_VERSION, "t": list(self.t), "gpus": self.gpus}
+
+    @classmethod
+    def from_dict(cls, data) -> "GpuSeries":
+        """Every version has the same columns; rows without "version" are the first ones."""
+        data = data if isinstance(data, dict) else {}
+        gpus = data.get("gpus") if isinstance(data.get("gpus"), dict) else {}
+        return cls(list(data.get("t") or []), {str(k): v for k, v in gpus.items() if isinstance(v, dict)})
+
+
+def series(samples: list[GpuSample]) -> GpuSeries:
+    """GPUs are read together at each tick, so they share "t"."""
     ts = sorted({s.t for s in samples})
     at = {t: i for i, t in enumerate(ts)}
     gpus: dict[str, dict] = {}
@@ -409,7 +440,7 @@ def series(samples: list[GpuSample]) -> dict:
         for f in SERIES_FIELDS:
             cols[f][at[s.t]] = getattr(s, f)
         cols["throttle"][at[s.t]] = [r for r in s.throttle if r in THROTTLING]
-    return {"t": ts, "gpus": gpus}
+    return GpuSeries(ts, gpus)
 
 
 def _ecc_delta(before: dict | None, after: dict | None) -> dict:
@@ -431,7 +462,84 @@ def _mean(values) -> float | None:
     return sum(v) / len(v) if v else None
 
 
-def _gpu_summary(index: int, rows: list[GpuSample], ecc: dict) -> dict:
+@dataclass(frozen=True)
+class GpuStats:
+    """One GPU over one level."""
+
+    index: int
+    samples: int = 0
+    peak_memory_used_mib: float | None = None
+    peak_process_memory_mib: dict = field(default_factory=dict)  # pid (a string, as in JSON) -> MiB
+    max_temperature_c: float | None = None
+    max_power_w: float | None = None
+    mean_utilization_gpu: float | None = None
+    mean_utilization_memory: float | None = None
+    min_sm_clock_mhz: float | None = None
+    throttle_reasons: dict = field(default_factory=dict)  # reason -> share of samples
+    throttled_share: float | None = None
+    ecc_corrected_delta: int | None = None
+    ecc_uncorrected_delta: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "GpuStats":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known and (v is not None or k == "index")})
+
+
+@dataclass(frozen=True)
+class GpuSummary:
+    """One level's GPU figures: per GPU in `gpus`, and across them (the worst GPU for peaks and
+    shares, the sum of ECC rises) for the validity flags. `status` says whether and why not the
+    GPUs were sampled ("ok", "not sampled: ...", "no NVIDIA driver: ...")."""
+
+    status: str = ""
+    samples: int = 0
+    peak_memory_used_mib: float | None = None
+    max_temperature_c: float | None = None
+    max_power_w: float | None = None
+    mean_utilization_gpu: float | None = None
+    min_sm_clock_mhz: float | None = None
+    throttle_reasons: dict = field(default_factory=dict)
+    throttled_share: float | None = None
+    ecc_corrected_delta: int | None = None
+    ecc_uncorrected_delta: int | None = None
+    gpus: list[GpuStats] = field(default_factory=list)
+
+    def peak_memory_gib(self, indices=None) -> float | None:
+        """Peak memory of these GPUs (indices), or of the only GPU sampled when none are named;
+        None when it cannot tell (several GPUs sampled, none named) or nothing was read."""
+        rows = self.gpus
+        if indices:
+            rows = [g for g in rows if g.index in set(indices)]
+        elif len(rows) != 1:
+            return None
+        peaks = [g.peak_memory_used_mib for g in rows if g.peak_memory_used_mib is not None]
+        return max(peaks) / 1024 if peaks else None
+
+    def to_dict(self) -> dict:
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "gpus"},
+                "version": STORED_VERSION, "gpus": [g.to_dict() for g in self.gpus]}
+
+    @classmethod
+    def from_dict(cls, data) -> "GpuSummary":
+        """Reads every version: 2 and 1 (no "version") are this shape; the first engine stored a
+        list of per-GPU rows, read here with the across-GPU figures worked out from them."""
+        if isinstance(data, list):
+            return _across([GpuStats.from_dict(g) for g in data if isinstance(g, dict) and "index" in g])
+        data = data if isinstance(data, dict) else {}
+        gpus = [GpuStats.from_dict(g) for g in data.get("gpus") or [] if isinstance(g, dict) and "index" in g]
+        known = {f.name for f in fields(cls)} - {"gpus"}
+        return cls(**{k: v for k, v in data.items() if k in known and v is not None}, gpus=gpus)
+
+    @classmethod
+    def read(cls, summary: "GpuSummary | dict | list | None") -> "GpuSummary":
+        return summary if isinstance(summary, GpuSummary) else cls.from_dict(summary)
+
+
+def _gpu_summary(index: int, rows: list[GpuSample], ecc: dict) -> GpuStats:
     def values(name):
         return [v for v in (getattr(s, name) for s in rows) if v is not None]
 
@@ -448,28 +556,46 @@ def _gpu_summary(index: int, rows: list[GpuSample], ecc: dict) -> dict:
     for s in rows:
         for reason in s.throttle:
             seen[reason] = seen.get(reason, 0) + 1
-    return {
-        "index": index,
-        "samples": n,
-        "peak_memory_used_mib": max(values("memory_used_mib"), default=None),
-        "peak_process_memory_mib": per_process,
-        "max_temperature_c": max(values("temperature_c"), default=None),
-        "max_power_w": max(values("power_w"), default=None),
-        "mean_utilization_gpu": mean("utilization_gpu"),
-        "mean_utilization_memory": mean("utilization_memory"),
-        "min_sm_clock_mhz": min(values("sm_clock_mhz"), default=None),
-        "throttle_reasons": {r: c / n for r, c in sorted(seen.items())},  # reason -> share of samples
-        "throttled_share": sum(1 for s in rows if THROTTLING & set(s.throttle)) / n if n else None,
-        "ecc_corrected_delta": ecc["corrected"],
-        "ecc_uncorrected_delta": ecc["uncorrected"],
-    }
+    return GpuStats(
+        index=index, samples=n,
+        peak_memory_used_mib=max(values("memory_used_mib"), default=None),
+        peak_process_memory_mib=per_process,
+        max_temperature_c=max(values("temperature_c"), default=None),
+        max_power_w=max(values("power_w"), default=None),
+        mean_utilization_gpu=mean("utilization_gpu"),
+        mean_utilization_memory=mean("utilization_memory"),
+        min_sm_clock_mhz=min(values("sm_clock_mhz"), default=None),
+        throttle_reasons={r: c / n for r, c in sorted(seen.items())},
+        throttled_share=sum(1 for s in rows if THROTTLING & set(s.throttle)) / n if n else None,
+        ecc_corrected_delta=ecc["corrected"], ecc_uncorrected_delta=ecc["uncorrected"])
+
+
+def _across(gpus: list[GpuStats], status: str = "") -> GpuSummary:
+    def worst(key, pick=max):
+        v = [getattr(g, key) for g in gpus if getattr(g, key) is not None]
+        return pick(v) if v else None
+
+    def total(key):
+        v = [getattr(g, key) for g in gpus if getattr(g, key) is not None]
+        return sum(v) if v else None
+
+    reasons: dict[str, float] = {}
+    for g in gpus:
+        for r, share in g.throttle_reasons.items():
+            reasons[r] = max(reasons.get(r, 0.0), share)
+    return GpuSummary(
+        status=status, samples=sum(g.samples for g in gpus),
+        peak_memory_used_mib=worst("peak_memory_used_mib"), max_temperature_c=worst("max_temperature_c"),
+        max_power_w=worst("max_power_w"), mean_utilization_gpu=_mean([g.mean_utilization_gpu for g in gpus]),
+        min_sm_clock_mhz=worst("min_sm_clock_mhz", min), throttle_reasons=dict(sorted(reasons.items())),
+        throttled_share=worst("throttled_share"), ecc_corrected_delta=total("ecc_corrected_delta"),
+        ecc_uncorrected_delta=total("ecc_uncorrected_delta"), gpus=gpus)
 
 
 def summary(samples: list[GpuSample], ecc_before: dict | None = None,
-            ecc_after: dict | None = None) -> dict:
-    """One level's GPU figures: per GPU under "gpus", and across them at the top (the worst
-    GPU for peaks and shares, the sum of ECC rises) for the validity flags. ECC rises come
-    from the before/after readings when given, else from the first and last sample."""
+            ecc_after: dict | None = None, status: str = "ok") -> GpuSummary:
+    """One level's GPU figures. ECC rises come from the before/after readings when given, else
+    from the first and last sample."""
     by_gpu: dict[int, list[GpuSample]] = {}
     for s in samples:
         by_gpu.setdefault(s.index, []).append(s)
@@ -484,29 +610,9 @@ def summary(samples: list[GpuSample], ecc_before: dict | None = None,
         else:
             ecc = {"corrected": None, "uncorrected": None}
         gpus.append(_gpu_summary(index, rows, ecc))
+    return _across(gpus, status)
 
-    def worst(key, pick=max):
-        v = [g[key] for g in gpus if g[key] is not None]
-        return pick(v) if v else None
 
-    def total(key):
-        v = [g[key] for g in gpus if g[key] is not None]
-        return sum(v) if v else None
-
-    reasons: dict[str, float] = {}
-    for g in gpus:
-        for r, share in g["throttle_reasons"].items():
-            reasons[r] = max(reasons.get(r, 0.0), share)
-    return {
-        "samples": sum(g["samples"] for g in gpus),
-        "peak_memory_used_mib": worst("peak_memory_used_mib"),
-        "max_temperature_c": worst("max_temperature_c"),
-        "max_power_w": worst("max_power_w"),
-        "mean_utilization_gpu": _mean([g["mean_utilization_gpu"] for g in gpus]),
-        "min_sm_clock_mhz": worst("min_sm_clock_mhz", min),
-        "throttle_reasons": dict(sorted(reasons.items())),
-        "throttled_share": worst("throttled_share"),
-        "ecc_corrected_delta": total("ecc_corrected_delta"),
-        "ecc_uncorrected_delta": total("ecc_uncorrected_delta"),
-        "gpus": gpus,
-    }
+def not_sampled(why: str) -> GpuSummary:
+    """The summary of a level whose GPUs were not sampled, saying why."""
+    return GpuSummary(status=why)

@@ -1,42 +1,22 @@
-"""Every metric the product shows is defined here, once.
+"""How every metric is computed from the requests the client measured, once. What each one
+means (its label, unit, definition, which direction is better) is in `catalogue.py`; this
+module computes them:
 
-Definitions (also rendered on the run page):
-- TTFT: request sent -> first chunk carrying generated content (text, reasoning or a tool
-  call). Role-only and usage-only chunks do not count.
-- E2E latency: request sent -> last content chunk.
-- TPOT: (E2E - TTFT) / (output tokens - 1), per request; output tokens from the server's usage.
-- ITL: gaps between content chunks (a chunk can carry several tokens).
-- Per-stream decode speed: 1 / TPOT.
-- Aggregate output throughput: output tokens of all requests / wall time of the level.
-- Prefill throughput: prompt tokens / TTFT (and the server's own figure when it reports one).
+- per request (`PER_REQUEST`: TTFT, TPOT, E2E, first answer, decode and prefill speeds, the
+  server's own speeds), summarised over a level's requests as a `Distribution`;
+- per gap between chunks (ITL, ITL per token), and per level (aggregate output and request
+  throughput, goodput), in `summarize_level`.
+
+`summarize_level` returns a `LevelSummary`: the shape a LevelResult stores (`to_dict`, the one
+writer) and reads back (`from_dict`, the one reader, which also reads rows stored before it).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
-PERCENTILES = (50, 90, 99)
-
-METRIC_DEFINITIONS = {
-    "ttft_ms": "Time to first token: request sent until the first chunk carrying generated "
-               "content (text, reasoning or tool call). Role-only and usage-only chunks do not count.",
-    "e2e_ms": "End-to-end latency: request sent until the last content chunk.",
-    "tpot_ms": "Time per output token: (E2E - TTFT) / (output tokens - 1), output tokens from the "
-               "server's usage.",
-    "itl_ms": "Inter-token latency: gaps between content chunks (a chunk can carry several tokens).",
-    "decode_tok_s": "Per-stream decode speed: 1 / TPOT.",
-    "aggregate_tok_s": "Aggregate output throughput: output tokens of all completed requests / wall "
-                       "time of the level.",
-    "prefill_tok_s": "Prefill throughput: prompt tokens / TTFT.",
-    "answer_ms": "Time to first answer token: request sent until the first non-reasoning content "
-                 "(equals TTFT for models that do not reason).",
-    "goodput": "Goodput: requests that met every SLO (TTFT, TPOT, E2E) per second of the level; "
-               "failed requests count as missing every SLO.",
-    "server_decode_tok_s": "The server's own decode speed (llama.cpp timings.predicted_per_second).",
-    "server_prefill_tok_s": "The server's own prefill speed (llama.cpp timings.prompt_per_second).",
-}
-
+from .catalogue import DISTRIBUTION, METRICS, PERCENTILES, SCALAR, Figure
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolation percentile (numpy's default method); None for no values."""
@@ -49,15 +29,51 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def distribution(values: Iterable[float]) -> dict:
+@dataclass(frozen=True)
+class Distribution:
+    """One metric over a level's requests: count, mean, min, max and p50/p90/p99."""
+
+    count: int = 0
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+    def get(self, stat: str) -> float | int | None:
+        return getattr(self, stat, None) if stat in _DISTRIBUTION_FIELDS else None
+
+    def to_dict(self) -> dict:
+        if not self.count:
+            return {"count": 0}
+        return {"count": self.count, "mean": self.mean, "min": self.min, "max": self.max,
+                **{f"p{q}": getattr(self, f"p{q}") for q in PERCENTILES}}
+
+    @classmethod
+    def from_dict(cls, data) -> "Distribution":
+        if not isinstance(data, dict) or not data.get("count"):
+            return cls()
+        return cls(**{k: _number(data.get(k)) for k in _DISTRIBUTION_FIELDS if k != "count"},
+                   count=int(data["count"]))
+
+
+_DISTRIBUTION_FIELDS = ("count", "mean", "min", "max", *(f"p{q}" for q in PERCENTILES))
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
+def distribution(values: Iterable[float]) -> Distribution:
     """Summary of one metric over requests: count, mean, min, max and p50/p90/p99."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
-        return {"count": 0}
-    out = {"count": len(vals), "mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)}
-    for q in PERCENTILES:
-        out[f"p{q}"] = percentile(vals, q)
-    return out
+        return Distribution()
+    return Distribution(count=len(vals), mean=sum(vals) / len(vals), min=min(vals), max=max(vals),
+                        **{f"p{q}": percentile(vals, q) for q in PERCENTILES})
 
 
 @dataclass
@@ -161,55 +177,133 @@ class RequestResult:
         }
 
 
-def _ms(seconds: Iterable[float | None]) -> list[float]:
-    return [s * 1000.0 for s in seconds if s is not None]
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
 
 
-def summarize_level(results: Sequence[RequestResult], wall_s: float, slo: dict | None = None) -> dict:
+def _timing(name: str) -> Callable[[RequestResult], float | None]:
+    return lambda r: (r.timings or {}).get(name) or None
+
+
+# Each metric that has one value per request: the value of a request, in the catalogue's unit
+# (None when the request does not have it). The level's distribution, the distribution charts
+# and the requests CSV all read these.
+PER_REQUEST: dict[str, Callable[[RequestResult], float | None]] = {
+    "ttft_ms": lambda r: _ms(r.ttft),
+    "tpot_ms": lambda r: _ms(r.tpot),
+    "e2e_ms": lambda r: _ms(r.e2e),
+    "answer_ms": lambda r: _ms(r.first_answer),
+    "decode_tok_s": lambda r: 1.0 / r.tpot if r.tpot else None,
+    "prefill_tok_s": lambda r: r.prompt_tokens / r.ttft if r.prompt_tokens and r.ttft else None,
+    "server_decode_tok_s": _timing("predicted_per_second"),
+    "server_prefill_tok_s": _timing("prompt_per_second"),
+}
+
+
+def request_value(key: str, r: RequestResult) -> float | None:
+    """One request's value of a per-request metric (None for a failed request)."""
+    return PER_REQUEST[key](r) if r.ok else None
+
+
+SUMMARY_VERSION = 2  # 2: "version" stored, every catalogue metric present; absent: the first rows
+_COUNTS = ("requests", "completed", "failed", "stopped_short", "token_mismatch", "prompt_drift",
+           "server_usage_missing", "client_output_tokens", "output_tokens", "prompt_tokens", "good_requests")
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    """One endpoint x load level, as stored in LevelResult.summary: request counts, token
+    accounting, the SLOs it was judged against and every metric of the catalogue measured from
+    requests (`values`: key -> Distribution for a distribution, a number or None for a scalar)."""
+
+    requests: int = 0
+    completed: int = 0
+    failed: int = 0
+    stopped_short: int = 0
+    token_mismatch: int = 0
+    prompt_drift: int = 0
+    server_usage_missing: int = 0
+    client_output_tokens: int = 0
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    good_requests: int = 0
+    wall_s: float = 0.0
+    slo: dict = field(default_factory=dict)
+    values: dict = field(default_factory=dict)
+
+    def value(self, key: str):
+        """A metric's Distribution, or its number (None when not measured)."""
+        m = METRICS[key]
+        found = self.values.get(key)
+        if m.summary == DISTRIBUTION:
+            return found if isinstance(found, Distribution) else Distribution()
+        return found
+
+    def stat(self, key: str, stat: str | None = None) -> float | None:
+        value = self.value(key)
+        return value.get(stat) if isinstance(value, Distribution) else value
+
+    def figure(self, f: Figure) -> float | None:
+        return self.stat(f.key, f.stat)
+
+    # The one writer and the one reader of LevelResult.summary.
+    def to_dict(self) -> dict:
+        out: dict = {"version": SUMMARY_VERSION, **{k: getattr(self, k) for k in _COUNTS},
+                     "wall_s": self.wall_s, "slo": dict(self.slo)}
+        for key, m in METRICS.items():
+            if m.source == "requests":
+                value = self.value(key)
+                out[key] = value.to_dict() if isinstance(value, Distribution) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data) -> "LevelSummary":
+        """Reads every version: rows without "version" (the first ones) may lack the counts and
+        metrics added since (goodput, answer time, ITL per token, ...): those read as not
+        measured. Keys the catalogue does not know are left out."""
+        data = data if isinstance(data, dict) else {}
+        counts = {k: int(data[k]) for k in _COUNTS if isinstance(data.get(k), (int, float))}
+        values = {}
+        for key, m in METRICS.items():
+            if key in data and m.source == "requests":
+                values[key] = (Distribution.from_dict(data[key]) if m.summary == DISTRIBUTION
+                               else _number(data[key]))
+        return cls(**counts, wall_s=_number(data.get("wall_s")) or 0.0,
+                   slo=dict(data.get("slo") or {}), values=values)
+
+    @classmethod
+    def read(cls, summary: "LevelSummary | dict | None") -> "LevelSummary":
+        return summary if isinstance(summary, LevelSummary) else cls.from_dict(summary)
+
+
+def summarize_level(results: Sequence[RequestResult], wall_s: float, slo: dict | None = None) -> LevelSummary:
     """Aggregate one endpoint x load level. `wall_s` is the level's wall time: first send
     until last completion. `slo`: optional limits in ms (ttft_ms, tpot_ms, e2e_ms)."""
     ok = [r for r in results if r.ok]
     good = sum(1 for r in results if r.meets(slo))
     output_tokens = sum((r.output_tokens if r.output_tokens is not None else r.client_output_tokens)
                         for r in ok)
-    tpots = [r.tpot for r in ok]
-    decode = [1.0 / t for t in tpots if t]
-    prefill = [r.prompt_tokens / r.ttft for r in ok if r.prompt_tokens and r.ttft]
-    server_decode = [r.timings["predicted_per_second"] for r in ok
-                     if r.timings and r.timings.get("predicted_per_second")]
-    server_prefill = [r.timings["prompt_per_second"] for r in ok
-                      if r.timings and r.timings.get("prompt_per_second")]
     itls = [gap for r in ok for gap in r.itls]
     per_token_itls = [gap / max(n, 1) for r in ok for gap, n in zip(r.itls, r.chunk_tokens[1:])]
-    return {
-        "requests": len(results),
-        "completed": len(ok),
-        "failed": len(results) - len(ok),
-        "stopped_short": sum(1 for r in ok if r.stopped_short),
-        "token_mismatch": sum(1 for r in ok if r.token_mismatch),
-        "prompt_drift": sum(1 for r in ok if r.prompt_drift),
-        "server_usage_missing": sum(1 for r in ok if r.output_tokens is None),
-        "client_output_tokens": sum(r.client_output_tokens for r in ok),
-        "wall_s": wall_s,
-        "output_tokens": output_tokens,
-        "prompt_tokens": sum(r.prompt_tokens or 0 for r in ok),
-        "ttft_ms": distribution(_ms(r.ttft for r in ok)),
-        "tpot_ms": distribution(_ms(tpots)),
-        "e2e_ms": distribution(_ms(r.e2e for r in ok)),
-        "answer_ms": distribution(_ms(r.first_answer for r in ok)),
-        "itl_ms": distribution(_ms(itls)),
-        "itl_per_token_ms": distribution(_ms(per_token_itls)),
-        "decode_tok_s": distribution(decode),
-        "prefill_tok_s": distribution(prefill),
-        "server_decode_tok_s": distribution(server_decode),
-        "server_prefill_tok_s": distribution(server_prefill),
-        "aggregate_tok_s": output_tokens / wall_s if wall_s > 0 else None,
-        "request_throughput": len(ok) / wall_s if wall_s > 0 else None,
-        "slo": dict(slo or {}),
-        "good_requests": good,
-        "goodput": good / wall_s if wall_s > 0 else None,
+    per_level = wall_s > 0
+    values = {key: distribution(request_value(key, r) for r in ok) for key in PER_REQUEST}
+    values.update({
+        "itl_ms": distribution(gap * 1000.0 for gap in itls),
+        "itl_per_token_ms": distribution(gap * 1000.0 for gap in per_token_itls),
+        "aggregate_tok_s": output_tokens / wall_s if per_level else None,
+        "request_throughput": len(ok) / wall_s if per_level else None,
+        "goodput": good / wall_s if per_level else None,
         "goodput_ratio": good / len(results) if results else None,
-    }
+    })
+    return LevelSummary(
+        requests=len(results), completed=len(ok), failed=len(results) - len(ok),
+        stopped_short=sum(1 for r in ok if r.stopped_short),
+        token_mismatch=sum(1 for r in ok if r.token_mismatch),
+        prompt_drift=sum(1 for r in ok if r.prompt_drift),
+        server_usage_missing=sum(1 for r in ok if r.output_tokens is None),
+        client_output_tokens=sum(r.client_output_tokens for r in ok),
+        output_tokens=output_tokens, prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
+        good_requests=good, wall_s=wall_s, slo=dict(slo or {}), values=values)
 
 
 def level_wall_time(results: Sequence[RequestResult]) -> float:

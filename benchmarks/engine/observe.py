@@ -4,22 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 import httpx
 
 from . import gpu as gpu_telemetry
 from .client import Load, LevelOutcome, ProgressCallback, Session
-from .server_metrics import MetricsSampler, scrape, server_was_idle
+from .server_metrics import MetricsSampler, ServerSeries, ServerSummary, scrape, server_was_idle
+
+
+@dataclass(frozen=True)
+class GpuTelemetry:
+    summary: gpu_telemetry.GpuSummary
+    series: gpu_telemetry.GpuSeries = field(default_factory=gpu_telemetry.GpuSeries)
+
+
+@dataclass(frozen=True)
+class ServerTelemetry:
+    summary: ServerSummary
+    series: ServerSeries = field(default_factory=ServerSeries)
 
 
 async def measure_observed(session: Session, load: Load, progress: ProgressCallback | None = None,
                            should_stop: Callable[[], bool] | None = None, gpu_indices: list[int] | None = None,
                            gpu_note: str = "", gpu_interval_s: float = 0.2,
-                           metrics_interval_s: float = 0.5) -> tuple[LevelOutcome, dict, dict]:
+                           metrics_interval_s: float = 0.5) -> tuple[LevelOutcome, GpuTelemetry, ServerTelemetry]:
     """Measure `load` while sampling the GPUs (a thread, only when `gpu_indices` is given:
     the worker must run on the GPU's host) and the server's /metrics (a task in this loop).
-    Returns the outcome and the GPU and server telemetry ({"summary", "series"})."""
+    Returns the outcome and the GPU and server telemetry."""
     # The pool's tiny opening requests come first, so that the server's own histograms over
     # the sampled span hold only the level's requests.
     await session.open_connections(session.streams_for(load))
@@ -35,13 +48,11 @@ async def measure_observed(session: Session, load: Load, progress: ProgressCallb
         await server.stop()
         if gpus is not None:
             gpus.stop()
-    gpu = {"summary": {"status": gpu_note or "not sampled"}, "series": {}}
+    gpu = GpuTelemetry(gpu_telemetry.not_sampled(gpu_note or "not sampled"))
     if gpus is not None:
-        gpu = {"summary": {**gpus.summary(), "status": gpus.status},
-               "series": _relative(gpus.series(), outcome.t0) if gpus.status == "ok" else {}}
-    metrics = {"summary": server.summary(), "series": _relative(server.series(), outcome.t0)}
-    metrics["idle_at_start"] = metrics["summary"].get("idle_at_start")
-    return outcome, gpu, metrics
+        gpu = GpuTelemetry(gpus.summary(), gpus.series().shifted(outcome.t0) if gpus.status == "ok"
+                           else gpu_telemetry.GpuSeries())
+    return outcome, gpu, ServerTelemetry(server.summary(), server.series().shifted(outcome.t0))
 
 
 async def _settle(session: Session, timeout_s: float = 2.0) -> None:
@@ -57,9 +68,3 @@ async def _settle(session: Session, timeout_s: float = 2.0) -> None:
         if response.status_code != 200 or server_was_idle(scrape(response.text)) is not False:
             return
         await asyncio.sleep(0.05)
-
-
-def _relative(series: dict, t0: float) -> dict:
-    if series.get("t"):
-        series = dict(series, t=[round(t - t0, 4) for t in series["t"]])
-    return series

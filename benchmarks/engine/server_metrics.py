@@ -137,42 +137,123 @@ SERIES_FIELDS = ("running", "waiting", "kv_cache_usage", "prompt_tokens_total", 
 _GAUGES = ("running", "waiting", "kv_cache_usage")
 _COUNTERS = tuple(k for k in METRIC_KEYS if k.endswith("_total"))
 _HISTOGRAMS = tuple(k for k in METRIC_KEYS if k in HISTOGRAM_KEYS)
+STORED_VERSION = 2  # of server_summary and server_series; rows without "version" read the same
 
 
-def series(samples: list[MetricsSample]) -> dict:
-    """Scraped samples as columns for storage and charts: {"t": [...], field: [...]}."""
+@dataclass(frozen=True)
+class ServerSeries:
+    """Scraped samples as columns for storage and charts: `t` and one column per figure the
+    server exported (SERIES_FIELDS)."""
+
+    t: list = field(default_factory=list)
+    columns: dict = field(default_factory=dict)  # field -> [...]
+
+    def column(self, name: str) -> list:
+        return self.columns.get(name) or []
+
+    def shifted(self, t0: float) -> "ServerSeries":
+        return ServerSeries([round(t - t0, 4) for t in self.t], self.columns)
+
+    def to_dict(self) -> dict:
+        """{"version", "t": [...], field: [...]}; no samples: {} (nothing stored)."""
+        if not self.t:
+            return {}
+        return {"version": STORED_VERSION, "t": list(self.t), **self.columns}
+
+    @classmethod
+    def from_dict(cls, data) -> "ServerSeries":
+        data = data if isinstance(data, dict) else {}
+        return cls(list(data.get("t") or []),
+                   {f: list(data[f]) for f in SERIES_FIELDS if isinstance(data.get(f), list)})
+
+
+def series(samples: list[MetricsSample]) -> ServerSeries:
     ok = [s for s in samples if s.error is None]
-    out: dict = {"t": [s.t for s in ok]}
-    for f in SERIES_FIELDS:
-        if any(f in s.values for s in ok):
-            out[f] = [s.values.get(f) for s in ok]
-    return out
+    columns = {f: [s.values.get(f) for s in ok] for f in SERIES_FIELDS if any(f in s.values for s in ok)}
+    return ServerSeries([s.t for s in ok], columns)
 
 
-def summary(samples: list[MetricsSample], status: str = "") -> dict:
-    """One level from the server's side: was it idle at the start, how full did it get, and
-    what its counters and histograms add up to over the sampled span (last - first; the
-    histogram means are the server's own TTFT/ITL for that span)."""
-    ok = [s for s in samples if s.error is None]
-    out: dict = {"status": status, "samples": len(ok), "errors": len(samples) - len(ok),
-                 "idle_at_start": server_was_idle(ok[0]) if ok else None}
-    if not ok:
+@dataclass(frozen=True)
+class ServerSummary:
+    """One level from the server's side: whether it was idle at the start, how full it got
+    (`maxima` of its gauges), and what its counters (`deltas`, keyed without "_total") and
+    histograms (`means`, seconds, keyed without "_seconds": the server's own TTFT/ITL) add up
+    to over the sampled span. `dialect`: the backend whose /metrics names it used."""
+
+    status: str = ""
+    samples: int = 0
+    errors: int = 0
+    idle_at_start: bool | None = None
+    span_s: float | None = None
+    dialect: str | None = None
+    maxima: dict = field(default_factory=dict)
+    deltas: dict = field(default_factory=dict)
+    means: dict = field(default_factory=dict)
+
+    @property
+    def max_running(self):
+        return self.maxima.get("running")
+
+    @property
+    def max_waiting(self):
+        return self.maxima.get("waiting")
+
+    @property
+    def max_kv_cache_usage(self):
+        return self.maxima.get("kv_cache_usage")
+
+    def to_dict(self) -> dict:
+        """Flat, as first stored: max_<gauge>, <counter>_delta, <histogram>_mean_s."""
+        out: dict = {"version": STORED_VERSION, "status": self.status, "samples": self.samples,
+                     "errors": self.errors, "idle_at_start": self.idle_at_start}
+        if self.span_s is not None:
+            out["span_s"] = self.span_s
+        out.update({f"max_{k}": v for k, v in self.maxima.items()})
+        out.update({f"{k}_delta": v for k, v in self.deltas.items()})
+        out.update({f"{k}_mean_s": v for k, v in self.means.items()})
+        if self.samples:
+            out["dialect"] = self.dialect
         return out
+
+    @classmethod
+    def from_dict(cls, data) -> "ServerSummary":
+        """Every version is the flat shape; rows without "version" are the first ones."""
+        data = data if isinstance(data, dict) else {}
+        maxima, deltas, means = {}, {}, {}
+        for key, value in data.items():
+            if key.startswith("max_"):
+                maxima[key.removeprefix("max_")] = value
+            elif key.endswith("_delta"):
+                deltas[key.removesuffix("_delta")] = value
+            elif key.endswith("_mean_s"):
+                means[key.removesuffix("_mean_s")] = value
+        return cls(status=data.get("status") or "", samples=data.get("samples") or 0,
+                   errors=data.get("errors") or 0, idle_at_start=data.get("idle_at_start"),
+                   span_s=data.get("span_s"), dialect=data.get("dialect"),
+                   maxima=maxima, deltas=deltas, means=means)
+
+
+def summary(samples: list[MetricsSample], status: str = "") -> ServerSummary:
+    """What the server's counters and histograms add up to over the sampled span (last -
+    first)."""
+    ok = [s for s in samples if s.error is None]
+    if not ok:
+        return ServerSummary(status=status, errors=len(samples))
+    maxima = {}
     for f in _GAUGES:
         v = [s.values[f] for s in ok if s.values.get(f) is not None]
         if v:
-            out["max_" + f] = max(v)
+            maxima[f] = max(v)
     first, last = ok[0].values, ok[-1].values
-    out["span_s"] = ok[-1].t - ok[0].t
-    for c in _COUNTERS:
-        if c in first and c in last:
-            out[c.removesuffix("_total") + "_delta"] = last[c] - first[c]
+    deltas = {c.removesuffix("_total"): last[c] - first[c] for c in _COUNTERS if c in first and c in last}
+    means = {}
     for h in _HISTOGRAMS:
         n0, n1 = first.get(h + "_count"), last.get(h + "_count")
         if n0 is not None and n1 is not None and n1 > n0:
-            out[h.removesuffix("_seconds") + "_mean_s"] = (last[h + "_sum"] - first[h + "_sum"]) / (n1 - n0)
-    out["dialect"] = last.get("dialect")
-    return out
+            means[h.removesuffix("_seconds")] = (last[h + "_sum"] - first[h + "_sum"]) / (n1 - n0)
+    return ServerSummary(status=status, samples=len(ok), errors=len(samples) - len(ok),
+                         idle_at_start=server_was_idle(ok[0]), span_s=ok[-1].t - ok[0].t,
+                         dialect=last.get("dialect"), maxima=maxima, deltas=deltas, means=means)
 
 
 def _reason(response: httpx.Response) -> str:
@@ -269,10 +350,10 @@ class MetricsSampler:
             self.client = None
         return self.samples
 
-    def summary(self) -> dict:
+    def summary(self) -> ServerSummary:
         return summary(self.samples, self.status)
 
-    def series(self) -> dict:
+    def series(self) -> ServerSeries:
         return series(self.samples)
 
 

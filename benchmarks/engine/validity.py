@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .gpu import THROTTLING
+from .gpu import THROTTLING, GpuSummary
+from .metrics import LevelSummary
 
 THRESHOLDS = {
     "error_rate": 0.05,  # more than 5 % of requests failed
@@ -29,22 +30,24 @@ class Flag:
         return {"code": self.code, "reason": self.reason}
 
 
-def level_flags(summary: dict, *, client: dict | None = None, gpu: dict | None = None,
+def level_flags(summary: LevelSummary, *, client: dict | None = None, gpu: GpuSummary | None = None,
                 server_idle_at_start: bool | None = None, capped: bool = False) -> list[Flag]:
-    """Flags for one endpoint × load level. `gpu` is a GPU telemetry summary (peak memory,
-    max temperature, throttle reasons seen, ECC delta) when it was sampled."""
+    """Flags for one endpoint × load level. `gpu` is the level's GPU telemetry summary (peak
+    memory, max temperature, throttle reasons seen, ECC delta) when it was sampled. Stored
+    dicts are read through their readers."""
     t = THRESHOLDS
+    summary = LevelSummary.read(summary)
     flags: list[Flag] = []
-    n, failed = summary.get("requests", 0), summary.get("failed", 0)
+    n, failed = summary.requests, summary.failed
     if n and failed / n > t["error_rate"]:
         flags.append(Flag("error_rate", f"{failed} of {n} requests failed (over {t['error_rate']:.0%})."))
-    if summary.get("stopped_short"):
-        flags.append(Flag("stopped_short", f"{summary['stopped_short']} requests stopped before the asked "
+    if summary.stopped_short:
+        flags.append(Flag("stopped_short", f"{summary.stopped_short} requests stopped before the asked "
                                            "output length (ignore_eos not honoured?)."))
-    if summary.get("prompt_drift"):
-        flags.append(Flag("prompt_drift", f"{summary['prompt_drift']} requests had a prompt length other "
+    if summary.prompt_drift:
+        flags.append(Flag("prompt_drift", f"{summary.prompt_drift} requests had a prompt length other "
                                           "than asked (server usage.prompt_tokens)."))
-    completed = summary.get("completed", 0)
+    completed = summary.completed
     for stat in ("p99", "p90"):
         need = t["min_samples"][stat]
         if 0 < completed < need:
@@ -63,16 +66,16 @@ def level_flags(summary: dict, *, client: dict | None = None, gpu: dict | None =
     if server_idle_at_start is False:
         flags.append(Flag("server_busy", "The server was already processing requests when the level "
                                          "started (someone else is using it?)."))
-    gpu = gpu or {}
-    if gpu.get("ecc_corrected_delta") or gpu.get("ecc_uncorrected_delta"):
+    gpu = GpuSummary.read(gpu)
+    if gpu.ecc_corrected_delta or gpu.ecc_uncorrected_delta:
         flags.append(Flag("ecc", f"ECC error counts rose during the level (corrected "
-                                 f"+{gpu.get('ecc_corrected_delta') or 0}, uncorrected "
-                                 f"+{gpu.get('ecc_uncorrected_delta') or 0}): a hot or failing GPU."))
-    throttles = [r for r in (gpu.get("throttle_reasons") or {}) if r in THROTTLING]
+                                 f"+{gpu.ecc_corrected_delta or 0}, uncorrected "
+                                 f"+{gpu.ecc_uncorrected_delta or 0}): a hot or failing GPU."))
+    throttles = [r for r in gpu.throttle_reasons if r in THROTTLING]
     if throttles:
         flags.append(Flag("throttled", "The GPU was throttled: " + ", ".join(sorted(throttles)) + "."))
-    if (gpu.get("max_temperature_c") or 0) > t["gpu_temperature_c"]:
-        flags.append(Flag("hot", f"The GPU reached {gpu['max_temperature_c']} °C "
+    if (gpu.max_temperature_c or 0) > t["gpu_temperature_c"]:
+        flags.append(Flag("hot", f"The GPU reached {gpu.max_temperature_c} °C "
                                  f"(over {t['gpu_temperature_c']} °C)."))
     return flags
 

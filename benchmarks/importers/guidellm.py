@@ -114,10 +114,10 @@ def _benchmark(b: Fields) -> tuple[ImportedLevel, str | None, str | None]:
         level.notes.append("E2E = GuideLLM request_latency (seconds) × 1000.")
     level.prompt_tokens = _dist(metrics, "prompt_token_count").get("mean")
     level.output_tokens = _dist(metrics, "output_token_count").get("mean")
-    level.aggregate_output_tok_s = _dist(metrics, "output_tokens_per_second").get("mean")
+    level.aggregate_tok_s = _dist(metrics, "output_tokens_per_second").get("mean")
     level.request_throughput = _dist(metrics, "requests_per_second").get("mean")
     if level.tpot_ms.get("p50"):
-        level.decode_tok_s_per_stream = 1000.0 / level.tpot_ms["p50"]
+        level.decode_tok_s = {"p50": 1000.0 / level.tpot_ms["p50"]}
         level.notes.append("Per-stream decode = 1000 / median TPOT (ms), TPOT being GuideLLM's "
                            "inter_token_latency_ms.")
     if level.completed == 0:

@@ -1,15 +1,23 @@
 """The normalized shape every imported report is turned into, and its JSON form.
 
-Django-free on purpose: the app stores `ImportedReport.to_dict()` in a JSON field and charts the
-levels beside measured runs, always labelled as imported/published.
+Django-free on purpose: the app stores `ImportedReport.to_dict()` in a JSON field (the one
+writer; `ImportedReport.from_dict` is the one reader, of every schema version) and charts the
+levels beside measured runs, always labelled as imported/published. A level's figures are
+named and shaped as in the metric catalogue (engine/catalogue.py), as a measured level's are.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ..engine.catalogue import DISTRIBUTION, METRICS
+from ..engine.points import Point
+
 KINDS = ("vllm-bench-serve", "guidellm", "llama-bench", "published")
-SCHEMA_VERSION = 1  # bump when the stored dict changes shape
+# 2: figures under the catalogue's keys and shapes (decode_tok_s and prefill_tok_s a dict of the
+# stated statistics, aggregate_tok_s); 1: decode_tok_s_per_stream, aggregate_output_tok_s and a
+# plain prefill_tok_s number.
+SCHEMA_VERSION = 2
 
 # Latency dicts use these keys where the source states them (any other stated percentile,
 # e.g. "p95" or "p99.9", is kept under its own "pNN" key).
@@ -24,9 +32,10 @@ class ReportFormatError(ValueError):
 class ImportedLevel:
     """One load level (a concurrency or a request rate) as the source file states it.
 
-    Latency dicts hold milliseconds. Every number is None/absent unless the file states it, or it
-    is a direct unit conversion (s -> ms, per-stream decode = 1000 / median TPOT ms), which is
-    then said in `notes`.
+    Figures are named as in the metric catalogue: a distribution is a dict of the statistics
+    the file states ("mean", "p50", ...; latencies in milliseconds), a scalar a number. Every
+    number is None/absent unless the file states it, or it is a direct unit conversion (s -> ms,
+    per-stream decode = 1000 / median TPOT ms), which is then said in `notes`.
     """
 
     label: str
@@ -40,32 +49,60 @@ class ImportedLevel:
     tpot_ms: dict[str, float] = field(default_factory=dict)
     itl_ms: dict[str, float] = field(default_factory=dict)
     e2e_ms: dict[str, float] = field(default_factory=dict)
-    decode_tok_s_per_stream: float | None = None
-    aggregate_output_tok_s: float | None = None
-    prefill_tok_s: float | None = None
+    decode_tok_s: dict[str, float] = field(default_factory=dict)  # per stream
+    prefill_tok_s: dict[str, float] = field(default_factory=dict)
+    aggregate_tok_s: float | None = None
     request_throughput: float | None = None
     notes: list[str] = field(default_factory=list)
 
+    def values(self) -> dict[str, Any]:
+        """The level's figures in a level summary's shape: catalogue key -> stats dict or number."""
+        return {key: getattr(self, key) for key in FIGURE_FIELDS}
+
     def has_figures(self) -> bool:
         """True when the level carries at least one performance number worth charting."""
-        scalars = (self.decode_tok_s_per_stream, self.aggregate_output_tok_s,
-                   self.prefill_tok_s, self.request_throughput)
-        return any(v is not None for v in scalars) or any(
-            (self.ttft_ms, self.tpot_ms, self.itl_ms, self.e2e_ms))
+        return any(v not in (None, {}) for v in self.values().values())
+
+    def point(self, *, rate_mode: bool) -> Point:
+        return Point.stated(self.values(), label=self.label, concurrency=self.concurrency,
+                            rate=self.request_rate if rate_mode else None, completed=self.completed,
+                            failed=self.failed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ImportedLevel":
+    def from_dict(cls, data: dict[str, Any], version: int = SCHEMA_VERSION,
+                  kind: str = "") -> "ImportedLevel":
         if not isinstance(data, dict) or not isinstance(data.get("label"), str):
             raise ReportFormatError("stored level: expected an object with a string 'label'")
+        if version < 2:
+            data = _level_v1(data, kind)
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
-        for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-            kwargs[key] = dict(kwargs.get(key) or {})
+        for key in FIGURE_FIELDS:
+            if METRICS[key].summary == DISTRIBUTION:
+                kwargs[key] = dict(kwargs.get(key) or {})
         kwargs["notes"] = list(kwargs.get("notes") or [])
         return cls(**kwargs)
+
+
+# The level's figure fields: each a catalogue key, shaped as the catalogue summarises it.
+FIGURE_FIELDS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s", "prefill_tok_s",
+                 "aggregate_tok_s", "request_throughput")
+# Version 1 stated the per-stream decode as one number: 1000 / median TPOT (a median) from vllm
+# bench serve and GuideLLM, avg_ts (a mean) from llama-bench, a write-up's typical figure.
+_V1_DECODE_STAT = {"llama-bench": "mean", "published": "mean"}
+
+
+def _level_v1(data: dict[str, Any], kind: str) -> dict[str, Any]:
+    data = dict(data)
+    decode = data.pop("decode_tok_s_per_stream", None)
+    data["decode_tok_s"] = {} if decode is None else {_V1_DECODE_STAT.get(kind, "p50"): decode}
+    data["aggregate_tok_s"] = data.pop("aggregate_output_tok_s", None)
+    prefill = data.get("prefill_tok_s")  # only llama-bench stated it: avg_ts of a pp test
+    data["prefill_tok_s"] = {"mean": prefill} if isinstance(prefill, (int, float)) else {}
+    return data
 
 
 @dataclass
@@ -88,6 +125,14 @@ class ImportedReport:
     notes: list[str] = field(default_factory=list)
     raw_meta: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def rate_mode(self) -> bool:
+        """Levels are request rates (none states a concurrency)."""
+        return any(lv.request_rate is not None and lv.concurrency is None for lv in self.levels)
+
+    def points(self) -> list[Point]:
+        return [lv.point(rate_mode=self.rate_mode) for lv in self.levels]
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["schema_version"] = SCHEMA_VERSION
@@ -105,11 +150,12 @@ class ImportedReport:
         levels = data.get("levels") or []
         if not isinstance(levels, list):
             raise ReportFormatError("stored report: 'levels' must be a list")
+        version = data.get("schema_version", 1)
         return cls(
             kind=data["kind"], tool_label=data["tool_label"], title=data["title"],
             model=data.get("model"), backend=data.get("backend"), gpu=data.get("gpu"),
             created=data.get("created"),
-            levels=[ImportedLevel.from_dict(lv) for lv in levels],
+            levels=[ImportedLevel.from_dict(lv, version, data["kind"]) for lv in levels],
             notes=list(data.get("notes") or []),
             raw_meta=dict(data.get("raw_meta") or {}),
         )

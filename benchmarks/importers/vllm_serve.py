@@ -116,7 +116,7 @@ def _level(f: Fields) -> ImportedLevel:
     for metric, attr in _METRICS.items():
         setattr(level, attr, _latency(f, metric))
     level.request_throughput = f.number("request_throughput")
-    level.aggregate_output_tok_s = f.number("output_throughput")
+    level.aggregate_tok_s = f.number("output_throughput")
     total_in, total_out = f.number("total_input_tokens"), f.number("total_output_tokens")
     if total_in is not None:
         level.prompt_tokens = total_in / completed
@@ -127,7 +127,7 @@ def _level(f: Fields) -> ImportedLevel:
                      "total_output_tokens divided by completed.")
     median_tpot = level.tpot_ms.get("p50")
     if median_tpot:
-        level.decode_tok_s_per_stream = 1000.0 / median_tpot
+        level.decode_tok_s = {"p50": 1000.0 / median_tpot}
         notes.append("Per-stream decode = 1000 / median TPOT (ms).")
     return level
 

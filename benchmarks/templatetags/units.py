@@ -7,3 +7,12 @@ register = template.Library()
 def div1024(value):
     """MiB -> GiB for display."""
     return None if value in (None, "") else value / 1024
+
+
+@register.filter
+def shown(point, figure):
+    """A point's figure (engine.catalogue.Figure) as the catalogue shows it: its decimals and unit
+    scale, "—" when not measured or not stated."""
+    value = point.get(figure)
+    m = figure.metric
+    return "—" if value is None else f"{value * m.scale:.{m.digits}f}"

@@ -1,0 +1,235 @@
+"""The metric catalogue: every figure the product shows, once, with its key, label, unit,
+definition, which direction is better and how a level summarises it. Django-free.
+
+The key is the one name of a metric everywhere: in the level summary the engine stores
+(`metrics.summarize_level`), in imported reports, in comparison and advisor points, in charts,
+CSVs and the advisor's evidence. A figure is a metric read at one statistic: `Figure("ttft_ms",
+"p50")` is "TTFT p50 (ms)", named `ttft_ms_p50` where a name must be an identifier (a point's
+figures, the advisor's evidence) and read from a summary at `summary["ttft_ms"]["p50"]`.
+
+The results table, the comparison sentences, the points, the advisor's figures and the charts
+say which figures they show in the lists at the end of this module. Adding a metric that
+shows in the table, the charts, the CSVs and the comparisons is an entry in `METRICS` (and in
+those lists) plus the code that computes it in `metrics.summarize_level`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HIGHER, LOWER = "higher", "lower"  # which direction is better
+DISTRIBUTION, SCALAR = "distribution", "scalar"  # over the level's requests, or one per level
+PERCENTILES = (50, 90, 99)
+STATS = ("p50", "p90", "p99", "mean", "min", "max")  # a distribution's statistics (and "count")
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str  # short, for table heads, axes and sentences: "TTFT"
+    name: str  # in words: "Time to first token"
+    unit: str  # "ms", "tok/s", "req/s", "%", "GiB"
+    definition: str
+    better: str  # HIGHER or LOWER
+    summary: str  # DISTRIBUTION (count, mean, min, max, p50/p90/p99 over requests) or SCALAR
+    digits: int = 1  # decimals shown
+    scale: float = 1.0  # stored value x scale = the value in `unit` (a share stored 0-1, shown in %)
+    phrase: str = ""  # a comparison's verb: "{winner} decodes {ratio} faster than {loser}"
+    quoted: str = ""  # how a sentence quotes a value: "56.0 tok/s per stream"
+    needs: str = ""  # the run page shows it only for runs with this: "chat" (reasoning) or "slo"
+    source: str = "requests"  # what it is computed from: "requests" (the client) or "gpu" (NVML)
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.better == LOWER
+
+
+METRICS: dict[str, Metric] = {m.key: m for m in (
+    Metric("ttft_ms", "TTFT", "Time to first token", "ms",
+           "Request sent until the first chunk carrying generated content (text, reasoning or tool "
+           "call). Role-only and usage-only chunks do not count.", LOWER, DISTRIBUTION, 1,
+           phrase="{winner} reaches the first token {ratio} sooner than {loser}"),
+    Metric("tpot_ms", "TPOT", "Time per output token", "ms",
+           "(E2E - TTFT) / (output tokens - 1), per request; output tokens from the server's usage.",
+           LOWER, DISTRIBUTION, 2),
+    Metric("e2e_ms", "E2E latency", "End-to-end latency", "ms",
+           "Request sent until the last content chunk.", LOWER, DISTRIBUTION, 0),
+    Metric("itl_ms", "ITL", "Inter-token latency", "ms",
+           "Gaps between content chunks (a chunk can carry several tokens).", LOWER, DISTRIBUTION, 2),
+    Metric("itl_per_token_ms", "ITL per token", "Inter-token latency per token", "ms",
+           "Each gap between content chunks divided by the tokens the later chunk carried (our own "
+           "count).", LOWER, DISTRIBUTION, 2),
+    Metric("answer_ms", "First answer token", "Time to first answer token", "ms",
+           "Request sent until the first non-reasoning content (equals TTFT for models that do not "
+           "reason).", LOWER, DISTRIBUTION, 1, needs="chat"),
+    Metric("decode_tok_s", "Decode per stream", "Per-stream decode speed", "tok/s",
+           "1 / TPOT, per request.", HIGHER, DISTRIBUTION, 1,
+           phrase="{winner} decodes {ratio} faster than {loser}", quoted="tok/s per stream"),
+    Metric("prefill_tok_s", "Prefill", "Prefill throughput", "tok/s",
+           "Prompt tokens / TTFT, per request.", HIGHER, DISTRIBUTION, 0),
+    Metric("server_decode_tok_s", "Server decode", "The server's own decode speed", "tok/s",
+           "What the server reports per request (llama.cpp timings.predicted_per_second).",
+           HIGHER, DISTRIBUTION, 1),
+    Metric("server_prefill_tok_s", "Server prefill", "The server's own prefill speed", "tok/s",
+           "What the server reports per request (llama.cpp timings.prompt_per_second).",
+           HIGHER, DISTRIBUTION, 0),
+    Metric("aggregate_tok_s", "Aggregate output", "Aggregate output throughput", "tok/s",
+           "Output tokens of all completed requests / wall time of the level (first send until "
+           "the last completion).", HIGHER, SCALAR, 1,
+           phrase="{winner} delivers {ratio} the aggregate output throughput of {loser}",
+           quoted="tok/s aggregate"),
+    Metric("request_throughput", "Request throughput", "Request throughput", "req/s",
+           "Completed requests / wall time of the level.", HIGHER, SCALAR, 2),
+    Metric("goodput", "Goodput", "Goodput", "req/s",
+           "Requests that met every SLO (TTFT, TPOT, E2E) per second of the level; failed "
+           "requests count as missing every SLO.", HIGHER, SCALAR, 2, needs="slo"),
+    Metric("goodput_ratio", "Goodput share", "Share of requests within the SLOs", "%",
+           "Requests that met every SLO / all requests of the level, failed ones included.",
+           HIGHER, SCALAR, 0, scale=100.0, needs="slo"),
+    Metric("peak_memory_gib", "Peak GPU memory", "Peak GPU memory", "GiB",
+           "The most device memory in use on the endpoint's GPUs while the level ran (NVML, whole "
+           "device: weights, KV cache and anything else on it).", LOWER, SCALAR, 2, source="gpu"),
+)}
+
+
+def metric(key: str) -> Metric:
+    try:
+        return METRICS[key]
+    except KeyError:
+        raise KeyError(f"{key!r} is not in the metric catalogue (engine/catalogue.py)") from None
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A metric at one statistic (`stat` None for a scalar metric)."""
+
+    key: str
+    stat: str | None = None
+
+    def __post_init__(self):
+        m = metric(self.key)
+        if (self.stat is None) != (m.summary == SCALAR) or (self.stat is not None and self.stat not in STATS):
+            raise ValueError(f"{self.key} is a {m.summary}: {self.stat!r} is not one of its figures")
+
+    @property
+    def metric(self) -> Metric:
+        return METRICS[self.key]
+
+    @property
+    def name(self) -> str:
+        """The identifier: "ttft_ms_p50", "aggregate_tok_s"."""
+        return self.key if self.stat is None else f"{self.key}_{self.stat}"
+
+    @property
+    def label(self) -> str:
+        return self.metric.label if self.stat is None else f"{self.metric.label} {self.stat}"
+
+    @property
+    def title(self) -> str:
+        """ "TTFT p50 (ms)": table heads, axis titles, CSV columns."""
+        return f"{self.label} ({self.metric.unit})"
+
+    @property
+    def quoted(self) -> str:
+        """How a sentence names the unit after a value: "ms TTFT p50", "tok/s per stream"."""
+        return self.metric.quoted or f"{self.metric.unit} {self.label}"
+
+    def read(self, values: dict | None) -> float | None:
+        """This figure from a summary-shaped dict (`{"ttft_ms": {"p50": ...}, "aggregate_tok_s": ...}`)."""
+        value = (values or {}).get(self.key)
+        if self.stat is not None:
+            value = value.get(self.stat) if isinstance(value, dict) else None
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def figure(name: str) -> Figure:
+    """The figure with this identifier ("ttft_ms_p50", "aggregate_tok_s")."""
+    if name in METRICS:
+        return Figure(name)
+    key, _, stat = name.rpartition("_")
+    if key in METRICS and stat in STATS:
+        return Figure(key, stat)
+    raise KeyError(f"{name!r} names no figure of the metric catalogue (engine/catalogue.py)")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column (group) of the run page's results table: a metric at these statistics."""
+
+    key: str
+    stats: tuple[str, ...] = ()
+
+    @property
+    def metric(self) -> Metric:
+        return METRICS[self.key]
+
+    @property
+    def figures(self) -> tuple[Figure, ...]:
+        return tuple(Figure(self.key, s) for s in self.stats) if self.stats else (Figure(self.key),)
+
+
+# What each place shows, in order -----------------------------------------------------------
+# The run page's results table, one column (group) per entry.
+RESULTS_TABLE = (
+    Column("ttft_ms", ("p50", "p90", "p99")), Column("tpot_ms", ("p50", "p90", "p99")),
+    Column("e2e_ms", ("p50", "p90", "p99")), Column("answer_ms", ("p50",)),
+    Column("decode_tok_s", ("p50",)), Column("aggregate_tok_s"), Column("prefill_tok_s", ("p50",)),
+    Column("server_decode_tok_s", ("p50",)), Column("goodput"), Column("goodput_ratio"),
+)
+# A comparison or advisor point: one load level's headline figures (engine.points.Point).
+POINT_FIGURES = (Figure("ttft_ms", "p50"), Figure("ttft_ms", "p90"), Figure("ttft_ms", "p99"),
+                 Figure("tpot_ms", "p50"), Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"),
+                 Figure("peak_memory_gib"))
+# What the comparison page's table shows of each point, and what its sentences compare.
+COMPARISON_TABLE = POINT_FIGURES[:6]
+COMPARED = (Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("ttft_ms", "p50"))
+# The throughput chart: the left axis (solid lines) and the right one (dotted).
+THROUGHPUT_CHART = (Figure("aggregate_tok_s"), Figure("decode_tok_s", "p50"))
+# The run page's per-level distribution charts (chart name in its URL -> a per-request metric).
+DISTRIBUTION_CHARTS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
+# What the advisor reads of each evidence row (advisor.specs.Evidence has one field per name).
+ADVISOR_FIGURES = (Figure("ttft_ms", "p50"), Figure("ttft_ms", "p90"), Figure("tpot_ms", "p50"),
+                   Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("peak_memory_gib"))
+# The requests CSV: each request's value of these per-request metrics, after its stored fields.
+REQUEST_CSV = ("ttft_ms", "tpot_ms", "e2e_ms", "server_decode_tok_s")
+
+
+
+
+@dataclass(frozen=True)
+class Series:
+    """A figure sampled over time while levels ran (a column of gpu_series or server_series)."""
+
+    key: str
+    label: str
+    unit: str
+    definition: str
+    source: str  # "gpu" (NVML, per GPU) or "server" (its /metrics)
+    scale: float = 1.0  # stored value x scale = the value in `unit`
+
+    @property
+    def title(self) -> str:
+        return f"{self.label} ({self.unit})"
+
+
+SERIES: dict[str, Series] = {s.key: s for s in (
+    Series("memory_used_mib", "GPU memory", "GiB", "Device memory in use (NVML, the whole GPU).", "gpu",
+           1 / 1024),
+    Series("utilization_gpu", "GPU utilization", "%", "Share of the last sample period in which a kernel "
+           "ran (NVML).", "gpu"),
+    Series("temperature_c", "GPU temperature", "°C", "The GPU's core temperature (NVML).", "gpu"),
+    Series("power_w", "GPU power", "W", "The board's power draw (NVML).", "gpu"),
+    Series("running", "Running requests", "requests", "Requests the server was decoding, from its own "
+           "/metrics.", "server"),
+    Series("waiting", "Waiting requests", "requests", "Requests queued in the server, not yet started, "
+           "from its own /metrics.", "server"),
+    Series("kv_cache_usage", "KV cache use", "0–1", "Share of the server's KV cache in use, from its own "
+           "/metrics.", "server"),
+)}
+# The run page's telemetry charts, one panel (or trace) per entry.
+GPU_CHART = tuple(SERIES[k] for k in ("memory_used_mib", "utilization_gpu", "temperature_c", "power_w"))
+SERVER_CHART = tuple(SERIES[k] for k in ("running", "waiting", "kv_cache_usage"))
+
+
+def definitions() -> list[Metric | Series]:
+    """Every entry, in catalogue order: the run page's "How each number is defined"."""
+    return [*METRICS.values(), *SERIES.values()]
