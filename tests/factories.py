@@ -1,11 +1,13 @@
 """Tiny factories: inventory rows made inline, named for what they are; measured runs, GPU
-samples made the way the product makes them (the engine, the services)."""
+samples and decisions made the way the product makes them (the engine, the services, the form)."""
 import asyncio
 import atexit
 from concurrent.futures import ThreadPoolExecutor
 
 from django.contrib.auth import get_user_model
 
+from benchmarks.decisions import services as decision_services
+from benchmarks.decisions.forms import DecisionForm
 from benchmarks.engine import gpu as engine_gpu
 from benchmarks.engine.client import Load, Session, Target, Timeouts, Workload
 from benchmarks.engine.gpu import GpuSample
@@ -121,3 +123,20 @@ def measured_run(endpoints, levels=(1, 8), requests=20, owner=None, tokens=20, p
                         gpu=gpu_telemetry(gpu) if gpu else None, server=telemetry)
     return run
 
+
+def decision_form(inputs: dict):
+    """A valid decision form for these inputs (the one validation every decision goes through)."""
+    form = DecisionForm(inputs)
+    assert form.is_valid(), form.errors
+    return form
+
+
+def decide(inputs: dict, owner=None):
+    """A saved decision, made as the page makes one: the form, then the service."""
+    form = decision_form(inputs)
+    return decision_services.decision_create(owner=owner, inputs=form.inputs, specs=form.specs)
+
+
+def advice(inputs: dict) -> dict:
+    """The advisor's answer for these inputs, as /api/decide computes it; nothing saved."""
+    return decision_services.decision_compute(specs=decision_form(inputs).specs)

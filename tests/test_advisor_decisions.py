@@ -28,12 +28,12 @@ def work(users=8, priority="throughput", **targets):
 
 def h200_runs(fp8_aggregate, llamacpp_aggregate):
     return [
-        ev("f1", "vllm-fp8", 1, decode_tok_s=200.0, aggregate_tok_s=190.0, ttft_p90_ms=40.0),
-        ev("f8", "vllm-fp8", 8, decode_tok_s=fp8_aggregate / 8, aggregate_tok_s=fp8_aggregate,
-           ttft_p90_ms=80.0),
-        ev("l1", "llamacpp-q4_k_m", 1, decode_tok_s=226.0, aggregate_tok_s=186.0, ttft_p90_ms=103.0),
-        ev("l8", "llamacpp-q4_k_m", 8, decode_tok_s=llamacpp_aggregate / 8,
-           aggregate_tok_s=llamacpp_aggregate, ttft_p90_ms=623.0),
+        ev("f1", "vllm-fp8", 1, decode_tok_s_p50=200.0, aggregate_tok_s=190.0, ttft_ms_p90=40.0),
+        ev("f8", "vllm-fp8", 8, decode_tok_s_p50=fp8_aggregate / 8, aggregate_tok_s=fp8_aggregate,
+           ttft_ms_p90=80.0),
+        ev("l1", "llamacpp-q4_k_m", 1, decode_tok_s_p50=226.0, aggregate_tok_s=186.0, ttft_ms_p90=103.0),
+        ev("l8", "llamacpp-q4_k_m", 8, decode_tok_s_p50=llamacpp_aggregate / 8,
+           aggregate_tok_s=llamacpp_aggregate, ttft_ms_p90=623.0),
     ]
 
 
@@ -72,15 +72,15 @@ def test_it_uses_the_write_ups_figures_at_one_and_eight_users():
     rec = advise(V100, R1_7B, work(8), published_v100_evidence())
     llamacpp = rec.candidate("llamacpp-q4_k_m")
     assert llamacpp.predicted["aggregate_tok_s"].value == 235.0
-    assert llamacpp.predicted["decode_tok_s"].value == 29.4
+    assert llamacpp.predicted["decode_tok_s_p50"].value == 29.4
     assert "235 tok/s aggregate" in rec.summary
     one = advise(V100, R1_7B, work(1, "single_user_speed"), published_v100_evidence())
-    assert one.candidate("llamacpp-q4_k_m").predicted["decode_tok_s"].value == 56.0
-    assert one.candidate("vllm-fp8").predicted["decode_tok_s"].value == 32.0
+    assert one.candidate("llamacpp-q4_k_m").predicted["decode_tok_s_p50"].value == 56.0
+    assert one.candidate("vllm-fp8").predicted["decode_tok_s_p50"].value == 32.0
 
 
 def test_it_never_recommends_an_ineligible_candidate_however_fast():
-    evidence = [ev("fast", "vllm-fp8", 8, gpu=V100, decode_tok_s=500.0, aggregate_tok_s=4000.0)]
+    evidence = [ev("fast", "vllm-fp8", 8, gpu=V100, decode_tok_s_p50=500.0, aggregate_tok_s=4000.0)]
     rec = advise(V100, R1_7B, work(8), evidence + published_v100_evidence())
     assert rec.recommended == "llamacpp-q4_k_m" and rec.candidate("vllm-fp8").rank == 2
 
@@ -112,7 +112,7 @@ def test_it_ranks_unknown_performance_below_known_and_asks_to_measure_it():
 
 
 def test_it_is_confident_when_everything_was_measured_here_at_this_load():
-    runs = h200_runs(900.0, 349.0) + [ev("a8", "vllm-awq", 8, decode_tok_s=90.0, aggregate_tok_s=700.0)]
+    runs = h200_runs(900.0, 349.0) + [ev("a8", "vllm-awq", 8, decode_tok_s_p50=90.0, aggregate_tok_s=700.0)]
     rec = advise(H200, R1_7B, work(8), runs)
     assert rec.confidence == "high" and rec.measure_next == []
 
@@ -124,7 +124,7 @@ def test_it_ranks_by_memory_headroom_when_asked():
 
 def test_it_ranks_by_per_stream_speed_when_asked():
     runs = h200_runs(900.0, 349.0)
-    runs[3] = ev("l8", "llamacpp-q4_k_m", 8, decode_tok_s=150.0, aggregate_tok_s=349.0)
+    runs[3] = ev("l8", "llamacpp-q4_k_m", 8, decode_tok_s_p50=150.0, aggregate_tok_s=349.0)
     assert advise(H200, R1_7B, work(8, "throughput"), runs).recommended == "vllm-fp8"
     assert advise(H200, R1_7B, work(8, "single_user_speed"), runs).recommended == "llamacpp-q4_k_m"
 
@@ -153,7 +153,7 @@ def test_it_checks_a_tpot_target_against_decode_speed_when_only_that_was_publish
     rec = advise(V100, R1_7B, work(8, tpot_ms=40.0), published_v100_evidence())
     check = rec.candidate("llamacpp-q4_k_m").meets_targets["tpot_ms"]
     # 40 ms per token = 25 tok/s; the write-up published 29.4 tok/s per stream at 8 users
-    assert check.met is True and check.metric == "decode_tok_s" and check.predicted == 29.4
+    assert check.met is True and check.metric == "decode_tok_s_p50" and check.predicted == 29.4
     assert "at least 25 tok/s" in check.note
 
 

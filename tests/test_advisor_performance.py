@@ -23,8 +23,8 @@ def work(users, prompt=512, output=100):
 
 # measured-here.md: llama.cpp Q4_K_M on the H200
 H200_LLAMACPP = [
-    ev("c1", 1, ttft_p50_ms=97.5, decode_tok_s=226.0, aggregate_tok_s=186.0),
-    ev("c8", 8, ttft_p50_ms=393.0, decode_tok_s=56.2, aggregate_tok_s=349.0),
+    ev("c1", 1, ttft_ms_p50=97.5, decode_tok_s_p50=226.0, aggregate_tok_s=186.0),
+    ev("c8", 8, ttft_ms_p50=393.0, decode_tok_s_p50=56.2, aggregate_tok_s=349.0),
 ]
 
 
@@ -37,7 +37,7 @@ def test_it_reads_a_measured_level_as_is():
 
 def test_it_interpolates_four_users_between_one_and_eight_and_says_so():
     perf = predict(Q4KM, H200, work(4), H200_LLAMACPP)
-    p = perf.metrics["decode_tok_s"]
+    p = perf.metrics["decode_tok_s_p50"]
     assert p.how == "interpolated" and p.levels == (1, 8) and p.evidence_ids == ("c1", "c8")
     assert p.value == pytest.approx(226.0 + (56.2 - 226.0) * 3 / 7)
     assert "interpolated linearly between the figures at 1 and 8 users" in p.note
@@ -60,16 +60,16 @@ def test_it_says_when_nothing_was_measured():
 
 def test_it_prefers_this_host_then_the_gpu_model_then_the_compute_capability_then_published():
     rows = [
-        ev("pub", 8, kind="published", host=None, decode_tok_s=1.0),
-        ev("cc", 8, gpu="NVIDIA H100 80GB HBM3", host="other", decode_tok_s=2.0),
-        ev("model", 8, gpu="H200", host="other", decode_tok_s=3.0),
-        ev("host", 8, decode_tok_s=4.0),
+        ev("pub", 8, kind="published", host=None, decode_tok_s_p50=1.0),
+        ev("cc", 8, gpu="NVIDIA H100 80GB HBM3", host="other", decode_tok_s_p50=2.0),
+        ev("model", 8, gpu="H200", host="other", decode_tok_s_p50=3.0),
+        ev("host", 8, decode_tok_s_p50=4.0),
     ]
     expected = [("host", "measured on this host"), ("model", "measured on the same GPU model"),
                 ("cc", "measured on the same compute capability"), ("pub", "published, not measured here")]
     for i, (value_id, basis) in enumerate(expected):
         perf = predict(Q4KM, H200, work(8), rows[:len(rows) - i])
-        assert perf.basis == basis and perf.metrics["decode_tok_s"].evidence_ids == (value_id,)
+        assert perf.basis == basis and perf.metrics["decode_tok_s_p50"].evidence_ids == (value_id,)
 
 
 def test_it_ignores_figures_from_other_gpus():
@@ -78,18 +78,18 @@ def test_it_ignores_figures_from_other_gpus():
 
 
 def test_it_picks_the_closest_prompt_and_output_lengths_and_warns():
-    rows = [ev("long", 8, prompt=4096, output=1024, decode_tok_s=40.0),
-            ev("near", 8, prompt=1024, output=128, decode_tok_s=50.0)]
+    rows = [ev("long", 8, prompt=4096, output=1024, decode_tok_s_p50=40.0),
+            ev("near", 8, prompt=1024, output=128, decode_tok_s_p50=50.0)]
     perf = predict(Q4KM, H200, work(8), rows)
-    assert perf.metrics["decode_tok_s"].evidence_ids == ("near",) and perf.shape == (1024, 128)
+    assert perf.metrics["decode_tok_s_p50"].evidence_ids == ("near",) and perf.shape == (1024, 128)
     assert any("may not transfer" in n for n in perf.notes)
-    exact = predict(Q4KM, H200, work(8), rows + [ev("exact", 8, decode_tok_s=60.0)])
-    assert exact.metrics["decode_tok_s"].evidence_ids == ("exact",) and exact.notes == []
+    exact = predict(Q4KM, H200, work(8), rows + [ev("exact", 8, decode_tok_s_p50=60.0)])
+    assert exact.metrics["decode_tok_s_p50"].evidence_ids == ("exact",) and exact.notes == []
 
 
 def test_the_first_row_per_level_wins():
-    perf = predict(Q4KM, H200, work(8), [ev("new", 8, decode_tok_s=50.0), ev("old", 8, decode_tok_s=40.0)])
-    assert perf.metrics["decode_tok_s"].value == 50.0
+    perf = predict(Q4KM, H200, work(8), [ev("new", 8, decode_tok_s_p50=50.0), ev("old", 8, decode_tok_s_p50=40.0)])
+    assert perf.metrics["decode_tok_s_p50"].value == 50.0
 
 
 def test_it_flags_published_vllm_figures_on_volta_as_not_reproducible():

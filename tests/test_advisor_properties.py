@@ -44,8 +44,8 @@ def evidence_rows(draw):
             kind=draw(st.sampled_from(["measured", "published"])), label=f"run e{i}",
             gpu_name=name, compute_capability=cc, host_id=draw(st.sampled_from([None, "h1", "h2"])),
             concurrency=draw(st.sampled_from([1, 2, 4, 8, 16, 32])), prompt_tokens=prompt,
-            output_tokens=output, ttft_p50_ms=draw(figure), ttft_p90_ms=draw(figure),
-            tpot_p50_ms=draw(figure), decode_tok_s=draw(figure), aggregate_tok_s=draw(figure),
+            output_tokens=output, ttft_ms_p50=draw(figure), ttft_ms_p90=draw(figure),
+            tpot_ms_p50=draw(figure), decode_tok_s_p50=draw(figure), aggregate_tok_s=draw(figure),
             peak_memory_gib=draw(figure)))
     if draw(st.booleans()):
         rows += published_v100_evidence()

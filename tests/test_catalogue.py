@@ -6,6 +6,7 @@ from html import escape
 import pytest
 from django.urls import reverse
 
+from benchmarks.advisor import Evidence
 from benchmarks.compare import fingerprint, ratio_sentences, sentence
 from benchmarks.engine import catalogue
 from benchmarks.engine.catalogue import (COMPARED, DISTRIBUTION, HIGHER, LOWER, METRICS, POINT_FIGURES,
@@ -51,6 +52,10 @@ def test_what_each_place_shows_is_catalogued_and_named_once():
         assert figure(f.name) == f
     assert {c.key for c in RESULTS_TABLE} <= set(METRICS)
     assert set(catalogue.DISTRIBUTION_CHARTS.values()) | set(catalogue.REQUEST_CSV) <= set(PER_REQUEST)
+    # The advisor's evidence has exactly one field per advisor figure, named as the catalogue does.
+    fields = {f.name for f in dataclasses.fields(Evidence)}
+    assert {f.name for f in catalogue.ADVISOR_FIGURES} <= fields
+    assert not fields & {"ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "decode_tok_s"}
     # Imported levels carry their figures under catalogue keys, shaped as the catalogue summarises.
     level = ImportedLevel(label="x")
     for key in FIGURE_FIELDS:

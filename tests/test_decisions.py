@@ -2,6 +2,8 @@
 permalink. The advisor's own rules are tested in test_advisor_*; here: the form, the evidence
 read from the database, the pages, the API and the "measure this next" links."""
 import json
+import math
+import time
 from datetime import timedelta
 from urllib.parse import quote, urlsplit
 
@@ -10,10 +12,14 @@ from django.urls import reverse
 from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings as hsettings, strategies as st
 
-from benchmarks import decisions
+from benchmarks.advisor import published_v100_evidence
+from benchmarks.decisions import presenter, selectors
+from benchmarks.decisions.forms import DecisionForm
+from benchmarks.engine.client import LevelOutcome
+from benchmarks.engine.metrics import RequestResult
 from benchmarks.models import Decision, Gpu, Host, LevelResult, Model, Run, Variant
-from benchmarks.views_decide import DecisionForm
-from factories import endpoint, user
+from benchmarks.services import level_store
+from factories import advice, decide, endpoint, gpu_samples, gpu_telemetry, user
 
 pytestmark = pytest.mark.django_db
 
@@ -49,32 +55,47 @@ def h200_host(name="h200-1"):
     return host
 
 
-def summary(*, ttft_p50, ttft_p90, tpot_p50, aggregate, requests=16):
-    def dist(p50, p90):
-        return {"count": requests, "mean": p50, "min": p50 * 0.9, "max": p90 * 1.1, "p50": p50, "p90": p90,
-                "p99": p90 * 1.05}
-    return {"requests": requests, "completed": requests, "failed": 0, "stopped_short": 0, "wall_s": 12.5,
-            "output_tokens": requests * 100, "prompt_tokens": requests * 512,
-            "ttft_ms": dist(ttft_p50, ttft_p90), "tpot_ms": dist(tpot_p50, tpot_p50 * 1.1),
-            "e2e_ms": dist(ttft_p50 + 99 * tpot_p50, ttft_p90 + 99 * tpot_p50 * 1.1),
-            "decode_tok_s": dist(1000 / tpot_p50, 1000 / tpot_p50 * 1.05), "aggregate_tok_s": aggregate}
+def level_requests(*, ttft_p50, ttft_p90, tpot_p50, output=100, prompt=512, n=101):
+    """Requests as the engine's client records them (engine.metrics.RequestResult) whose level
+    summary, as summarize_level makes it, has exactly these figures: with 10k + 1 requests (at
+    least 101, enough for no few_samples flag) p50 is TTFT number 5k + 1 and p90 number 9k + 1."""
+    assert n % 10 == 1 and n >= 101
+    ttfts = [ttft_p50] * (n // 2 + 1) + [ttft_p90] * (n - n // 2 - 1)
+    return [RequestResult(index=i, sent=0.0, prompt_tokens_asked=prompt, output_tokens_asked=output,
+                          first_content=t / 1000, chunk_times=[t / 1000 + k * tpot_p50 / 1000 for k in range(output)],
+                          chunk_tokens=[1] * output, prompt_tokens=prompt, output_tokens=output,
+                          client_output_tokens=output, finish_reason="length")
+            for i, t in enumerate(ttfts)]
+
+
+def exact_level(output: int, aggregate: float) -> tuple[int, float]:
+    """A request count (10k + 1) and a wall time whose output tokens over it are exactly
+    `aggregate` tok/s as summarize_level divides them."""
+    for n in range(101, 1001, 10):
+        for wall in (n * output / aggregate, math.nextafter(n * output / aggregate, 0),
+                     math.nextafter(n * output / aggregate, math.inf)):
+            if n * output / wall == aggregate:
+                return n, wall
+    raise AssertionError(aggregate)
 
 
 def measured_run(figures, *, status=Run.SUCCEEDED, load_mode="concurrency", prompt=512, output=100,
                  created=None, title="H200 sweep"):
-    """figures: {endpoint: {concurrency: (ttft_p50, ttft_p90, tpot_p50, aggregate)}}"""
+    """figures: {endpoint: {concurrency: (ttft_p50, ttft_p90, tpot_p50, aggregate)}}, stored through
+    the real service (level_store) with the GPU telemetry the engine makes of its samples (peak
+    5980 MiB on GPU 0)."""
     levels = sorted({c for per in figures.values() for c in per})
     run = Run.objects.create(title=title, prompt_tokens=prompt, output_tokens=output, temperature=0.7,
-                             load_mode=load_mode, concurrency_levels=levels, requests_per_level=16,
+                             load_mode=load_mode, concurrency_levels=levels, requests_per_level=101,
                              warmup_requests=2, status=status, created=created or timezone.now())
     run.endpoints.set(figures)
     for e, per in figures.items():
         for i, (c, (t50, t90, tpot, agg)) in enumerate(sorted(per.items())):
-            LevelResult.objects.create(
-                run=run, endpoint=e, level_index=i, concurrency=c,
-                rate=1.0 if load_mode == "rate" else None, started_at=timezone.now(), wall_s=12.5,
-                completed=16, failed=0, summary=summary(ttft_p50=t50, ttft_p90=t90, tpot_p50=tpot, aggregate=agg),
-                gpu_summary=[{"index": 0, "samples": 100, "peak_memory_used_mib": 5980.0}])
+            n, wall = exact_level(output, agg)
+            results = level_requests(ttft_p50=t50, ttft_p90=t90, tpot_p50=tpot, output=output, prompt=prompt, n=n)
+            outcome = LevelOutcome(c, results, time.time(), wall, rate=1.0 if load_mode == "rate" else None)
+            level_store(run=run, endpoint=e, outcome=outcome, level_index=i,
+                        gpu=gpu_telemetry(gpu_samples(peak_mib=5980.0)))
     return run
 
 
@@ -177,7 +198,7 @@ def test_the_api_recommends_llamacpp_on_a_v100_and_refuses_fp8_and_awq(member, u
 def test_on_an_h200_fp8_is_eligible_and_the_ranking_follows_the_measurements(
         fp8_aggregate, llamacpp_aggregate, expected):
     host, run, *_ = h200_setup(fp8_aggregate, llamacpp_aggregate)
-    decision = decisions.decision_create(owner=user(), inputs=h200_inputs(host))
+    decision = decide(h200_inputs(host), owner=user())
     result = decision.result
     by_key = {c["key"]: c for c in result["ranked"]}
     assert by_key["vllm-fp8"]["eligible"] and by_key["vllm-fp8"]["ineligible_reasons"] == []
@@ -199,17 +220,17 @@ def test_a_missed_target_outranks_raw_throughput(member):
 
 def test_on_an_h200_single_user_speed_follows_the_measured_decode():
     host, *_ = h200_setup(900.0, 349.0)
-    result = decisions.decision_compute(inputs=h200_inputs(host, users=1, priority="single_user_speed"))
+    result = advice(h200_inputs(host, users=1, priority="single_user_speed"))
     # llama.cpp decodes one stream at 1000/4.42 = 226 tok/s against FP8's 200.
     assert result["recommended"] == "llamacpp-q4_k_m"
-    assert result["ranked"][0]["predicted"]["decode_tok_s"]["value"] == pytest.approx(1000 / 4.42)
+    assert result["ranked"][0]["predicted"]["decode_tok_s_p50"]["value"] == pytest.approx(1000 / 4.42)
 
 
 def test_a_stated_h200_uses_the_measurements_of_the_same_gpu_model():
     h200_setup(900.0, 349.0)
     inputs = {**h200_inputs(None), "host": None, "gpu_name": "H200", "compute_capability": "9.0",
               "vram_gib": 141.0}
-    result = decisions.decision_compute(inputs=inputs)
+    result = advice(inputs)
     assert result["recommended"] == "vllm-fp8"
     assert result["ranked"][0]["evidence_basis"] == "measured on the same GPU model"
 
@@ -241,16 +262,16 @@ def test_evidence_skips_what_cannot_be_used_and_says_how_much():
                   novariant: {1: (40.0, 50.0, 5.0, 190.0)}})
     measured_run({fp8: {4: (60.0, 70.0, 6.0, 600.0)}}, status=Run.RUNNING)  # not finished
     measured_run({fp8: {2: (60.0, 70.0, 6.0, 400.0)}}, load_mode="rate")  # rate mode
-    evidence = decisions.evidence_from_db()
+    evidence = selectors.evidence_from_db()
     measured = [e for e in evidence if e.kind == "measured"]
     assert {(e.candidate, e.concurrency) for e in measured} == {
         ("vllm-fp8", 1), ("vllm-fp8", 8), ("llamacpp-q4_k_m", 1), ("llamacpp-q4_k_m", 8)}
     assert evidence.skipped == {"not one of the candidates (backend and variant)": 2,
                                 "GPU or its compute capability unknown": 1}
-    assert [e for e in evidence if e.kind == "published"] == decisions.published_v100_evidence()
+    assert [e for e in evidence if e.kind == "published"] == published_v100_evidence()
     e = next(e for e in measured if e.candidate == "vllm-fp8" and e.concurrency == 8)
     assert (e.gpu_name, e.compute_capability, e.host_id) == ("NVIDIA H200", (9, 0), str(host.pk))
-    assert (e.ttft_p90_ms, e.aggregate_tok_s, e.prompt_tokens, e.output_tokens) == (95.0, 900.0, 512, 100)
+    assert (e.ttft_ms_p90, e.aggregate_tok_s, e.prompt_tokens, e.output_tokens) == (95.0, 900.0, 512, 100)
     assert e.url.startswith(run.get_absolute_url() + "#level-")
     assert e.peak_memory_gib == 5980.0 / 1024  # the host's only GPU
 
@@ -262,7 +283,7 @@ def test_evidence_comes_newest_first_and_prefers_the_endpoints_own_gpu():
     e.gpus.set(host.gpus.filter(index=1))
     old = measured_run({e: {1: (40.0, 50.0, 9.0, 100.0)}}, created=timezone.now() - timedelta(days=1), title="old")
     new = measured_run({e: {1: (40.0, 50.0, 8.0, 120.0)}}, title="new")
-    measured = [ev for ev in decisions.evidence_from_db() if ev.kind == "measured"]
+    measured = [ev for ev in selectors.evidence_from_db() if ev.kind == "measured"]
     assert [ev.label.split(" · ")[0] for ev in measured] == ["new", "old"]
     assert measured[0].url.startswith(new.get_absolute_url() + "#level-")
     assert measured[1].url.startswith(old.get_absolute_url() + "#level-")
@@ -273,7 +294,7 @@ def test_evidence_labels_carry_the_levels_validity_flags():
     host, run, fp8, q4 = h200_setup(900.0, 349.0)
     LevelResult.objects.filter(endpoint=fp8, concurrency=8).update(
         flags=[{"code": "throttled", "reason": "GPU throttled"}])
-    ev = next(e for e in decisions.evidence_from_db() if e.candidate == "vllm-fp8" and e.concurrency == 8)
+    ev = next(e for e in selectors.evidence_from_db() if e.candidate == "vllm-fp8" and e.concurrency == 8)
     assert ev.label.endswith("(flags: throttled)")
 
 
@@ -283,14 +304,14 @@ def test_evidence_is_read_in_a_bounded_number_of_queries(django_assert_max_num_q
         measured_run({fp8: {1: (40.0, 50.0, 5.0, 190.0), 2: (45.0, 55.0, 5.5, 360.0)},
                       q4: {1: (97.0, 103.0, 4.4, 186.0)}}, title=f"sweep {i}")
     with django_assert_max_num_queries(6):
-        evidence = decisions.evidence_from_db()
+        evidence = selectors.evidence_from_db()
     assert len([e for e in evidence if e.kind == "measured"]) == 4 + 15 * 3
 
 
 def test_the_host_gpu_spec_comes_from_the_inventory():
     host = h200_host()
     Gpu.objects.create(host=host, index=1, name="NVIDIA H200", memory_total_mib=143771, compute_capability="9.0")
-    spec = decisions.gpu_spec_from_host(host)
+    spec = selectors.gpu_spec_from_host(host)
     assert (spec.name, spec.compute_capability, spec.count, spec.host_id) == ("NVIDIA H200", (9, 0), 2, str(host.pk))
     assert spec.vram_gib == pytest.approx(140.4, abs=0.1)
 
@@ -367,7 +388,7 @@ def test_a_picked_host_overrides_the_stated_gpu(member):
 # --- the permalink ----------------------------------------------------------------------------
 
 def test_the_permalink_opens_logged_out_and_read_only(client):
-    decision = decisions.decision_create(owner=user(), inputs=_v100_inputs())
+    decision = decide(_v100_inputs(), owner=user())
     r = client.get(decision.get_absolute_url())
     page = r.content.decode()
     assert r.status_code == 200 and "Run llama.cpp Q4_K_M" in page
@@ -383,7 +404,7 @@ def _v100_inputs(**overrides):
 
 def test_the_permalink_requires_login_when_configured(client, settings):
     settings.PERMALINKS_REQUIRE_LOGIN = True
-    decision = decisions.decision_create(owner=user(), inputs=_v100_inputs())
+    decision = decide(_v100_inputs(), owner=user())
     r = client.get(decision.get_absolute_url())
     assert r.status_code == 302 and reverse("login") in r.url
     client.force_login(user())
@@ -405,7 +426,7 @@ def test_the_page_shows_no_secrets(member):
 
 
 def test_change_the_workload_starts_from_the_saved_inputs(member):
-    decision = decisions.decision_create(owner=user(), inputs=_v100_inputs(users=3, tpot_ms="50"))
+    decision = decide(_v100_inputs(users=3, tpot_ms="50"), owner=user())
     f = member.get(reverse("decision-new") + f"?from={decision.public_id}").context["form"]
     assert f["users"].value() == 3 and f["tpot_ms"].value() == 50 and f["gpu_name"].value() == "Tesla V100-PCIE-16GB"
     assert member.get(reverse("decision-new") + "?from=%00").status_code == 200
@@ -432,7 +453,7 @@ def test_measure_next_links_prefill_the_run_form(member):
 
 def test_measure_next_says_when_no_endpoint_serves_the_candidate(client):
     host, *_ = h200_setup(900.0, 349.0)
-    decision = decisions.decision_create(owner=user(), inputs=h200_inputs(host, users=8))
+    decision = decide(h200_inputs(host, users=8), owner=user())
     client.force_login(user())
     page = client.get(decision.get_absolute_url()).content.decode()
     assert "No enabled vLLM AWQ endpoint (vllm, awq) is registered on h200-1" in page
@@ -443,7 +464,7 @@ def test_measure_next_says_when_no_endpoint_serves_the_candidate(client):
 
 def test_a_logged_out_reader_is_asked_to_log_in_before_measuring(client):
     host, *_ = h200_setup(900.0, 349.0)
-    decision = decisions.decision_create(owner=user(), inputs=h200_inputs(host, users=4))
+    decision = decide(h200_inputs(host, users=4), owner=user())
     page = client.get(decision.get_absolute_url()).content.decode()
     assert 'class="button measure"' not in page
     assert f'href="{reverse("login")}?next={quote(reverse("run-new"))}%3Fendpoints%3D' in page
@@ -453,7 +474,7 @@ def test_measure_next_for_a_stated_gpu_finds_endpoints_on_the_same_gpu_model():
     host, run, fp8, q4 = h200_setup(900.0, 349.0)
     inputs = {**h200_inputs(None, users=4), "host": None, "gpu_name": "NVIDIA H200",
               "compute_capability": "9.0", "vram_gib": 140.0}
-    links = {m["candidate"]: m for m in decisions.measure_next_links(decisions.decision_compute(inputs=inputs))}
+    links = {m["candidate"]: m for m in presenter.measure_next_links(advice(inputs))}
     assert links["vllm-fp8"]["endpoints"] == [fp8] and links["vllm-awq"]["url"] is None
 
 
@@ -573,3 +594,53 @@ def test_the_api_never_answers_500(member, data):
 @given(raw=st.binary(max_size=200))
 def test_the_api_never_answers_500_to_raw_bytes(member, raw):
     assert api(member, raw).status_code == 400
+
+
+# --- measured peak memory, and saved results of every version -------------------------------
+
+def test_the_measured_peak_memory_reaches_the_advisor_and_the_page(member):
+    """The engine's GPU summary of its samples (peak 5980 MiB on GPU 0), stored by level_store,
+    is the peak memory the evidence carries and the decision page shows beside its run."""
+    host, run, fp8, q4 = h200_setup(900.0, 349.0)
+    stored = LevelResult.objects.filter(run=run).first().gpu_summary
+    assert stored["version"] == 2 and stored["gpus"][0]["peak_memory_used_mib"] == 5980.0
+    measured = [e for e in selectors.evidence_from_db() if e.kind == "measured"]
+    assert measured and all(e.peak_memory_gib == 5980.0 / 1024 for e in measured)
+    page = member.post(reverse("decision-new"), form(host=host.pk, users=8, priority="throughput"),
+                       follow=True).content.decode()
+    section = page.split('id="candidate-vllm-fp8"')[1].split("</section>")[0]
+    row = section.split('<tr data-metric="peak_memory_gib">')[1].split("</tr>")[0]
+    assert ">Peak GPU memory (GiB)</td><td>5.8</td>" in row and "measured" in row
+    assert f"{run.get_absolute_url()}#level-" in row
+
+
+def test_an_endpoint_on_two_sampled_gpus_reads_the_peak_of_its_own():
+    host = h200_host()
+    Gpu.objects.create(host=host, index=1, name="NVIDIA H200", memory_total_mib=143771, compute_capability="9.0")
+    e = endpoint(name="h200-vllm-fp8", backend="vllm", host=host.name, quantization="fp8_e4m3")
+    e.gpus.set(host.gpus.filter(index=1))
+    run = measured_run({e: {8: (70.0, 95.0, 8.0, 900.0)}})
+    two = gpu_telemetry(gpu_samples(peak_mib=30000.0, index=0) + gpu_samples(peak_mib=9000.0, index=1))
+    LevelResult.objects.filter(run=run).update(gpu_summary=two.summary.to_dict())
+    [ev] = [ev for ev in selectors.evidence_from_db() if ev.kind == "measured"]
+    assert ev.peak_memory_gib == 9000.0 / 1024  # GPU 1, the endpoint's; not GPU 0's 30000 MiB
+
+
+def test_a_decision_saved_before_figures_took_the_catalogue_s_names_shows_the_same(member):
+    host, *_ = h200_setup(900.0, 349.0)
+    decision = decide(h200_inputs(host, users=8, ttft_p90_ms=100.0), owner=user())
+    def shown():
+        return member.get(decision.get_absolute_url()).content.decode().split("<main>")[1]
+
+    new = shown()
+    assert "Peak GPU memory (GiB)" in new and "TTFT p90 target 100 ms: met, 95 ms" in new
+    old_names = {"ttft_ms_p50": "ttft_p50_ms", "ttft_ms_p90": "ttft_p90_ms", "tpot_ms_p50": "tpot_p50_ms",
+                 "decode_tok_s_p50": "decode_tok_s"}
+    old = {k: v for k, v in decision.result.items() if k != "version"}
+    old["ranked"] = [{**c, "predicted": {old_names.get(m, m): {**p, "metric": old_names.get(m, m)}
+                                         for m, p in c["predicted"].items()},
+                      "meets_targets": {k: {**t, "metric": old_names.get(t["metric"], t["metric"])}
+                                        for k, t in c["meets_targets"].items()}} for c in old["ranked"]]
+    assert presenter.result_from_stored(old) == decision.result
+    Decision.objects.filter(pk=decision.pk).update(result=old)
+    assert shown() == new

@@ -420,13 +420,14 @@ def test_anonymous_readers_see_no_owner_address_launch_command_key_or_database_i
     import json
     from urllib.parse import urlsplit
 
-    from benchmarks import decisions, services
+    from benchmarks import services
+    from factories import decide
     from test_decisions import h200_inputs
 
     owner = user("owner-zq7")
     run, endpoints, host = measured_through_the_engine(simulator, owner)
     comparison = services.comparison_create(owner=owner, runs=[run], reports=[], title="cmp")
-    decision = decisions.decision_create(owner=owner, inputs=h200_inputs(host, users=4))
+    decision = decide(h200_inputs(host, users=4), owner=owner)
     levels = list(run.levels.all())
     secrets = ["owner-zq7", "sk-anon-check", "/srv/private-models", "--secret-flag", "gpu7.lab.internal"]
     for e in endpoints:
@@ -535,11 +536,11 @@ def test_the_pages_work_under_the_content_security_policy(browser, live_server):
     from conftest import log_in, watched
     from test_results_browser import GPU
 
-    from benchmarks import decisions
+    from factories import decide
 
     e = endpoint(name="llama", backend="llamacpp", quantization="gguf_q4_k_m")
     run = measured_run([e], levels=(1, 8), requests=20, gpu=GPU, server=True)
-    decision = decisions.decision_create(owner=user(), inputs={
+    decision = decide(owner=user(), inputs={
         "host": None, "gpu_name": "Tesla V100-PCIE-16GB", "compute_capability": "7.0", "vram_gib": 16.0,
         "gpu_count": 1, "interconnect": "pcie", "model": None, "users": 8, "prompt_tokens": 512,
         "output_tokens": 100, "context_tokens": 8192, "ttft_p90_ms": None, "tpot_ms": None,

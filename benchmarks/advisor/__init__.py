@@ -23,9 +23,10 @@ Workload(users, prompt_tokens, output_tokens, context_tokens=None, ttft_p90_ms=N
          tpot_ms=None, min_user_tok_s=None, priority="single_user_speed")
          # priority: "single_user_speed" | "throughput" | "memory_headroom"
 Evidence(id, candidate, kind ("measured" | "published"), label, gpu_name, compute_capability,
-         concurrency, prompt_tokens, output_tokens, url=None, host_id=None, ttft_p50_ms=None,
-         ttft_p90_ms=None, tpot_p50_ms=None, decode_tok_s=None, aggregate_tok_s=None,
-         peak_memory_gib=None, note="")                   # one row per concurrency level
+         concurrency, prompt_tokens, output_tokens, url=None, host_id=None, ttft_ms_p50=None,
+         ttft_ms_p90=None, tpot_ms_p50=None, decode_tok_s_p50=None, aggregate_tok_s=None,
+         peak_memory_gib=None, note="")                   # one row per concurrency level;
+         # its figures are engine.catalogue.ADVISOR_FIGURES, named as the catalogue names them
 EngineBuilds(vllm_version: tuple[int, int] | None = None, vllm_fp8_sm75: bool = False)
 Candidate(key, label, backend, quantization, requires, size_fact, embedding_bits, kv_cache_bytes=2)
 published_v100_evidence() -> list[Evidence]             # the write-up's figures, labelled
@@ -65,13 +66,13 @@ from .facts import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, FACTS, Cand
 from .memory import MemoryFit, kv_bytes_per_token, memory_fit, weight_bytes
 from .performance import EvidenceRef, Performance, Predicted, predict, read_at
 from .published import V100_LABEL, published_v100_evidence
-from .specs import PRIORITIES, EngineBuilds, Evidence, GpuSpec, ModelSpec, Workload
+from .specs import PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelSpec, Priority, Workload
 
 __all__ = [
     "advise", "check_targets", "Recommendation", "CandidateResult", "Note", "SuggestedRun",
     "TargetCheck", "DEFAULT_CANDIDATES", "FACTS", "Candidate", "Fact", "fact", "ineligible_reasons",
     "required_facts", "requirements", "MemoryFit", "kv_bytes_per_token", "memory_fit",
     "weight_bytes", "EvidenceRef", "Performance", "Predicted", "predict", "read_at", "V100_LABEL",
-    "published_v100_evidence", "PRIORITIES", "EngineBuilds", "Evidence", "GpuSpec", "ModelSpec",
+    "published_v100_evidence", "PRIORITIES", "PRIORITY", "Priority", "EngineBuilds", "Evidence", "GpuSpec", "ModelSpec",
     "Workload", "DEEPSEEK_R1_DISTILL_QWEN_7B",
 ]

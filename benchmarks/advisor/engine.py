@@ -7,22 +7,20 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Mapping, Sequence
 
+from ..engine.catalogue import figure
 from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, users_str,
                     ineligible_reasons, requirements, unmet_requirements)
 from .memory import MemoryFit, memory_fit
 from .performance import BASES, EvidenceRef, Performance, Predicted, predict
-from .specs import PRIORITIES, EngineBuilds, Evidence, GpuSpec, ModelSpec, Workload
+from .specs import PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelSpec, Workload
 
-PRIORITY_PHRASES = {
-    "single_user_speed": "per-stream decode speed",
-    "throughput": "aggregate output throughput",
-    "memory_headroom": "memory headroom",
-}
+PRIORITY_PHRASES = {key: p.phrase for key, p in PRIORITY.items()}
+RESULT_VERSION = 2  # of Recommendation.to_dict(); 1 (no "version") named figures ttft_p50_ms-style
 
 
 @dataclass(frozen=True)
 class TargetCheck:
-    target: str  # "ttft_p90_ms" | "tpot_ms" | "min_user_tok_s"
+    target: str  # a Target's key: "ttft_p90_ms" | "tpot_ms" | "min_user_tok_s"
     limit: float
     metric: str  # the predicted metric compared (TPOT and decode speed stand in for each other)
     predicted: float | None
@@ -94,7 +92,7 @@ class Recommendation:
         return next(r for r in self.ranked if r.key == key)
 
     def to_dict(self) -> dict:
-        return _jsonable(dataclasses.asdict(self))
+        return {"version": RESULT_VERSION, **_jsonable(dataclasses.asdict(self))}
 
 
 def _jsonable(x):
@@ -122,33 +120,49 @@ def _compare(target: str, limit: float, p: Predicted, ok, what: str, unit: str) 
                        f"{what}: {'met' if met else 'missed'}, {shown}.")
 
 
+@dataclass(frozen=True)
+class Target:
+    """A workload target (its Workload field and input name) and the catalogue figure it bounds:
+    at most its value when lower is better, at least when higher is. `inverse` is the figure
+    that says the same as 1000 / it (TPOT in ms and per-stream decode in tok/s)."""
+
+    key: str
+    figure: str
+    inverse: str = ""
+
+
+TARGETS = (Target("ttft_p90_ms", "ttft_ms_p90"), Target("tpot_ms", "tpot_ms_p50", "decode_tok_s_p50"),
+           Target("min_user_tok_s", "decode_tok_s_p50", "tpot_ms_p50"))
+
+
+def _words(f) -> str:
+    """How a target names its figure: a target on the median is on the metric itself ("TPOT
+    target 50 ms"); any other statistic is said ("TTFT p90 target 500 ms")."""
+    return f.metric.label if f.stat == "p50" else f.label
+
+
+def _bound(name: str, limit: float):
+    """(words, test) for a value of this figure against `limit`, the right way round."""
+    lower = figure(name).metric.lower_is_better
+    return ("at most" if lower else "at least"), ((lambda v: v <= limit) if lower else (lambda v: v >= limit))
+
+
 def check_targets(workload: Workload, m: dict[str, Predicted]) -> dict[str, TargetCheck]:
     """TPOT and per-stream decode are the same thing (decode = 1000 / TPOT): when the evidence has
     only one of them, the target is converted, never the evidence."""
     checks = {}
-    if workload.ttft_p90_ms is not None:
-        lim = workload.ttft_p90_ms
-        checks["ttft_p90_ms"] = _compare("ttft_p90_ms", lim, m["ttft_p90_ms"], lambda v: v <= lim,
-                                         f"TTFT p90 target {fmt(lim)} ms", "ms")
-    if workload.tpot_ms is not None:
-        lim = workload.tpot_ms
-        what = f"TPOT target {fmt(lim)} ms"
-        if m["tpot_p50_ms"].value is None and m["decode_tok_s"].value is not None:
-            checks["tpot_ms"] = _compare("tpot_ms", lim, m["decode_tok_s"], lambda v: v >= 1000 / lim,
-                                         f"{what} (as per-stream decode of at least {fmt(1000 / lim)} tok/s)",
-                                         "tok/s")
-        else:
-            checks["tpot_ms"] = _compare("tpot_ms", lim, m["tpot_p50_ms"], lambda v: v <= lim, what, "ms")
-    if workload.min_user_tok_s is not None:
-        lim = workload.min_user_tok_s
-        what = f"per-stream decode target {fmt(lim)} tok/s"
-        if m["decode_tok_s"].value is None and m["tpot_p50_ms"].value is not None:
-            checks["min_user_tok_s"] = _compare("min_user_tok_s", lim, m["tpot_p50_ms"],
-                                                lambda v: v <= 1000 / lim,
-                                                f"{what} (as TPOT of at most {fmt(1000 / lim)} ms)", "ms")
-        else:
-            checks["min_user_tok_s"] = _compare("min_user_tok_s", lim, m["decode_tok_s"],
-                                                lambda v: v >= lim, what, "tok/s")
+    for t in TARGETS:
+        limit = getattr(workload, t.key)
+        if limit is None:
+            continue
+        f = figure(t.figure)
+        what = f"{_words(f)} target {fmt(limit)} {f.metric.unit}"
+        name, bound = t.figure, limit
+        if m[t.figure].value is None and t.inverse and m[t.inverse].value is not None:
+            name, bound = t.inverse, 1000 / limit
+            inverse = figure(name)
+            what += f" (as {_words(inverse)} of {_bound(name, bound)[0]} {fmt(bound)} {inverse.metric.unit})"
+        checks[t.key] = _compare(t.key, limit, m[name], _bound(name, bound)[1], what, figure(name).metric.unit)
     return checks
 
 
@@ -168,14 +182,14 @@ def _priority(priority: str, m: dict[str, Predicted], fit: MemoryFit) -> tuple[f
     if priority == "throughput":
         p = m["aggregate_tok_s"]
         if p.value is not None:
-            return p.value, f"{fmt(p.value)} tok/s aggregate ({p.note})", p.how
+            return p.value, f"{fmt(p.value)} {figure(p.metric).quoted} ({p.note})", p.how
         return None, "", "none"
-    p = m["decode_tok_s"]
+    p = m["decode_tok_s_p50"]
     if p.value is not None:
-        return p.value, f"{fmt(p.value)} tok/s per stream ({p.note})", p.how
-    p = m["tpot_p50_ms"]
+        return p.value, f"{fmt(p.value)} {figure(p.metric).quoted} ({p.note})", p.how
+    p = m["tpot_ms_p50"]
     if p.value:  # lower TPOT is faster: rank on its inverse, say the TPOT
-        return 1000 / p.value, f"TPOT p50 {fmt(p.value)} ms ({p.note})", p.how
+        return 1000 / p.value, f"{figure(p.metric).label} {fmt(p.value)} ms ({p.note})", p.how
     return None, "", "none"
 
 
@@ -203,9 +217,8 @@ def _perf_sentence(c: Candidate, perf: Performance, workload: Workload, gpu: Gpu
                 f"(compute capability {cc_str(gpu.compute_capability)}).")
     m = perf.metrics
     parts = []
-    for metric, unit in (("decode_tok_s", "tok/s per stream"), ("aggregate_tok_s", "tok/s aggregate"),
-                         ("ttft_p90_ms", "ms TTFT p90"), ("tpot_p50_ms", "ms TPOT p50")):
-        p = m[metric]
+    for metric in ("decode_tok_s_p50", "aggregate_tok_s", "ttft_ms_p90", "tpot_ms_p50"):
+        p, unit = m[metric], figure(metric).quoted
         if p.value is not None:
             at = f" (the figure at {users_str(p.levels[0])}: extrapolation)" if p.how == "extrapolated" else ""
             parts.append(f"{fmt(p.value)} {unit}{at}")

@@ -6,19 +6,13 @@ import math
 from dataclasses import dataclass, field
 
 from ..engine import backends
+from ..engine.catalogue import ADVISOR_FIGURES
 from .facts import Candidate, cc_str, unmet_requirements, users_str
 from .specs import EngineBuilds, Evidence, GpuSpec, Workload
 
-METRICS = ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "decode_tok_s", "aggregate_tok_s",
-           "peak_memory_gib")
-METRIC_LABELS = {
-    "ttft_p50_ms": "TTFT p50 (ms)",
-    "ttft_p90_ms": "TTFT p90 (ms)",
-    "tpot_p50_ms": "TPOT p50 (ms)",
-    "decode_tok_s": "per-stream decode (tok/s)",
-    "aggregate_tok_s": "aggregate output (tok/s)",
-    "peak_memory_gib": "peak GPU memory",
-}
+# What is predicted for each candidate: the catalogue's figures, named as the catalogue names them
+# (Evidence has one field per name; their labels and units are the catalogue's too).
+METRICS = tuple(f.name for f in ADVISOR_FIGURES)
 # Preference order for evidence, best first.
 BASES = ("measured on this host", "measured on the same GPU model",
          "measured on the same compute capability", "published, not measured here")

@@ -5,7 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-PRIORITIES = ("single_user_speed", "throughput", "memory_headroom")
+from ..engine.catalogue import metric
+
+
+@dataclass(frozen=True)
+class Priority:
+    key: str
+    label: str  # what the form offers
+    phrase: str  # how a sentence names what is ranked on
+
+
+# What a team may rank on, once: the form's choices and the advisor's sentences read this.
+PRIORITY = {p.key: p for p in (
+    Priority("single_user_speed", "single-user speed (per-stream decode)", metric("decode_tok_s").name.lower()),
+    Priority("throughput", "aggregate throughput", metric("aggregate_tok_s").name.lower()),
+    Priority("memory_headroom", "memory headroom", "memory headroom"),
+)}
+PRIORITIES = tuple(PRIORITY)
 
 
 @dataclass(frozen=True)
@@ -50,7 +66,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One concurrency level of one candidate: measured here or published elsewhere."""
+    """One concurrency level of one candidate: measured here or published elsewhere. Its figures
+    are the catalogue's ADVISOR_FIGURES, one field each, named as the catalogue names them."""
 
     id: str
     candidate: str  # Candidate.key
@@ -63,10 +80,10 @@ class Evidence:
     output_tokens: int
     url: str | None = None  # link to the run (or the publication)
     host_id: str | None = None
-    ttft_p50_ms: float | None = None
-    ttft_p90_ms: float | None = None
-    tpot_p50_ms: float | None = None
-    decode_tok_s: float | None = None  # per stream
+    ttft_ms_p50: float | None = None
+    ttft_ms_p90: float | None = None
+    tpot_ms_p50: float | None = None
+    decode_tok_s_p50: float | None = None  # per stream
     aggregate_tok_s: float | None = None
     peak_memory_gib: float | None = None
     note: str = ""

@@ -1,0 +1,166 @@
+"""The one validation of a decision's input: the decision page's form, whose errors /api/decide
+answers with as JSON. A valid form holds the advisor's inputs (`specs`) and the JSON saved with
+the decision (`inputs`)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from django import forms
+from django.conf import settings
+from django.core.validators import MaxValueValidator
+
+from benchmarks.advisor import DEEPSEEK_R1_DISTILL_QWEN_7B, PRIORITIES, PRIORITY, GpuSpec, ModelSpec, Workload
+from benchmarks.decisions.selectors import (CC_RANGE, InputError, gpu_spec_from_host, model_spec_from_model,
+                                            parse_cc)
+from benchmarks.forms import TextField
+from benchmarks.models import Host, Model
+
+INTERCONNECTS = {"pcie": "PCIe only", "nvlink": "NVLink"}
+
+
+@dataclass(frozen=True)
+class Specs:
+    """Everything advise() needs."""
+
+    gpu: GpuSpec
+    model: ModelSpec
+    workload: Workload
+    variant_bytes: dict[str, float]
+    host: str | None  # the registered host's name, when the GPU came from one
+    model_source: str  # "registered" | "built-in"
+
+
+def _positive(value):
+    if value is not None and value <= 0:
+        raise forms.ValidationError("Must be greater than 0 (or blank for no target).")
+
+
+class IdChoiceField(forms.ModelChoiceField):
+    """A registered row by id; anything but a plain id (JSON true, 1.5, a huge number) is refused
+    before it reaches the database."""
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        if isinstance(value, bool) or not re.fullmatch(r"[0-9]{1,9}", str(value)):
+            raise forms.ValidationError(self.error_messages["invalid_choice"], code="invalid_choice")
+        return super().to_python(value)
+
+
+class DecisionForm(forms.Form):
+    host = IdChoiceField(queryset=Host.objects.prefetch_related("gpus"), required=False,
+                         empty_label="— none: I state the GPU below —", label="Registered host",
+                         error_messages={"invalid_choice": "Pick a registered host (or none and state the GPU)."},
+                         help_text="Its GPU model, compute capability, VRAM, count and interconnect come from "
+                                   "the inventory; the fields below are then ignored.")
+    gpu_name = TextField(max_length=100, required=False, label="GPU model",
+                         help_text="As nvidia-smi names it, e.g. Tesla V100-PCIE-16GB or NVIDIA H200.")
+    compute_capability = TextField(max_length=10, required=False,
+                                   help_text="e.g. 7.0 (V100), 8.0 (A100), 8.9 (L4), 9.0 (H100/H200).")
+    vram_gib = forms.FloatField(required=False, min_value=1, max_value=1024, label="VRAM per GPU (GiB)")
+    gpu_count = forms.IntegerField(required=False, min_value=1, max_value=64, initial=1, label="GPUs")
+    interconnect = forms.ChoiceField(choices=list(INTERCONNECTS.items()), required=False,
+                                     initial="pcie", help_text="How the GPUs of the machine talk to each other.")
+    model = IdChoiceField(queryset=Model.objects.prefetch_related("variants"), required=False,
+                          empty_label=f"{DEEPSEEK_R1_DISTILL_QWEN_7B.name} (built-in spec)",
+                          error_messages={"invalid_choice": "Pick a registered model (or none for the built-in)."})
+    users = forms.IntegerField(min_value=1, max_value=1024, initial=8, label="Concurrent users",
+                               help_text="Requests in flight at once.")
+    prompt_tokens = forms.IntegerField(min_value=1, initial=512)
+    output_tokens = forms.IntegerField(min_value=1, initial=100)
+    context_tokens = forms.IntegerField(required=False, min_value=1, max_value=10_000_000, initial=8192,
+                                        label="Context length needed (tokens per user)",
+                                        help_text="Blank = prompt + output.")
+    ttft_p90_ms = forms.FloatField(required=False, max_value=1e7, validators=[_positive],
+                                   label="Target: TTFT p90 (ms)", help_text="Optional.")
+    tpot_ms = forms.FloatField(required=False, max_value=1e7, validators=[_positive], label="Target: TPOT (ms)",
+                               help_text="Optional: time per output token.")
+    min_user_tok_s = forms.FloatField(required=False, max_value=1e6, validators=[_positive],
+                                      label="Target: per-user decode (tok/s)", help_text="Optional: at least this.")
+    priority = forms.ChoiceField(choices=[(key, p.label) for key, p in PRIORITY.items()], required=False,
+                                 initial=PRIORITIES[0], widget=forms.RadioSelect)
+
+    FIELDSETS = (
+        ("host", "The GPU: a registered host…", ("host",)),
+        ("stated-gpu", "…or state it", ("gpu_name", "compute_capability", "vram_gib", "gpu_count", "interconnect")),
+        ("model", "The model", ("model",)),
+        ("workload", "The workload", ("users", "prompt_tokens", "output_tokens", "context_tokens")),
+        ("targets", "Targets (optional)", ("ttft_p90_ms", "tpot_ms", "min_user_tok_s")),
+        ("priority", "What matters most", ("priority",)),
+    )
+    STATED_GPU = (("gpu_name", "the GPU model, e.g. Tesla V100-PCIE-16GB"),
+                  ("compute_capability", "the compute capability, e.g. 7.0"),
+                  ("vram_gib", "the VRAM per GPU in GiB, e.g. 16"))
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.specs: Specs | None = None
+        for name in ("prompt_tokens", "output_tokens"):
+            self.fields[name].max_value = settings.MAX_TOKENS
+            self.fields[name].validators.append(MaxValueValidator(settings.MAX_TOKENS))
+
+    def fieldsets(self):
+        return [(key, legend, [self[name] for name in names]) for key, legend, names in self.FIELDSETS]
+
+    def clean_compute_capability(self):
+        text = self.cleaned_data["compute_capability"].strip()
+        if text and not self.cleaned_data.get("host") and parse_cc(text) is None:
+            raise forms.ValidationError(f"Give a compute capability such as 7.0 or 9.0 ({CC_RANGE}).")
+        return text
+
+    def clean(self):
+        """What only shows once the fields are put together (a host without GPUs, a context the
+        model cannot hold), then the advisor's specs."""
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            self.specs = self._specs(data)
+        except InputError as e:
+            self.add_error(e.field, e.message)
+        return data
+
+    def _specs(self, d: dict) -> Specs:
+        host = d.get("host")
+        if host is not None:
+            gpu = gpu_spec_from_host(host)
+        else:
+            for field, what in self.STATED_GPU:
+                if d.get(field) in (None, ""):
+                    raise InputError(field, f"Pick a registered host, or state {what}.")
+            gpu = GpuSpec(name=d["gpu_name"].strip(), compute_capability=parse_cc(d["compute_capability"]),
+                          vram_gib=float(d["vram_gib"]), count=d.get("gpu_count") or 1,
+                          interconnect=d.get("interconnect") or "pcie")
+        if d.get("model") is not None:
+            model, variant_bytes = model_spec_from_model(d["model"])
+        else:
+            model, variant_bytes = DEEPSEEK_R1_DISTILL_QWEN_7B, {}
+        prompt, output = d["prompt_tokens"], d["output_tokens"]
+        context = d.get("context_tokens") or prompt + output
+        if context < prompt + output:
+            raise InputError("context_tokens", f"The context must hold the prompt and the output: at least "
+                                               f"{prompt + output} tokens.")
+        if context > model.context_length:
+            raise InputError("context_tokens", f"{model.name} handles at most {model.context_length} tokens "
+                                               f"of context.")
+        workload = Workload(users=d["users"], prompt_tokens=prompt, output_tokens=output, context_tokens=context,
+                            ttft_p90_ms=d.get("ttft_p90_ms"), tpot_ms=d.get("tpot_ms"),
+                            min_user_tok_s=d.get("min_user_tok_s"), priority=d.get("priority") or PRIORITIES[0])
+        return Specs(gpu, model, workload, variant_bytes, host.name if host else None,
+                     "registered" if d.get("model") is not None else "built-in")
+
+    @property
+    def inputs(self) -> dict:
+        """The cleaned data as JSON: what is saved with the decision and what the API takes."""
+        d = self.cleaned_data
+        return {"host": d["host"].pk if d.get("host") else None, "gpu_name": d.get("gpu_name", ""),
+                "compute_capability": d.get("compute_capability", ""), "vram_gib": d.get("vram_gib"),
+                "gpu_count": d.get("gpu_count") or 1, "interconnect": d.get("interconnect") or "pcie",
+                "model": d["model"].pk if d.get("model") else None,
+                **{k: d.get(k) for k in ("users", "prompt_tokens", "output_tokens", "context_tokens",
+                                         "ttft_p90_ms", "tpot_ms", "min_user_tok_s")},
+                "priority": d.get("priority") or PRIORITIES[0]}
+
+
+INPUT_KEYS = tuple(DecisionForm.base_fields)

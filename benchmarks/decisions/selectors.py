@@ -1,0 +1,198 @@
+"""Decision selectors: the GPU of a registered host, a registered model's shape, the evidence
+measured here (each level read as a comparison/advisor point), saved decisions."""
+from __future__ import annotations
+
+import re
+from functools import reduce
+from operator import or_
+
+from django.db.models import Prefetch, Q, QuerySet
+from django.http import Http404
+
+from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, Evidence, GpuSpec, ModelSpec,
+                                published_v100_evidence)
+from benchmarks.advisor.performance import gpu_key
+from benchmarks.engine.catalogue import ADVISOR_FIGURES
+from benchmarks.models import Decision, Endpoint, Gpu, Host, LevelResult, Model, Run
+from benchmarks.selectors import decision_by_public_id, level_point
+
+# Candidate.quantization -> Variant.quantization: how a registered endpoint maps to a candidate.
+VARIANT_QUANTIZATION = {"fp8": "fp8_e4m3", "q4_k_m": "gguf_q4_k_m", "awq": "awq"}
+CANDIDATES = {c.key: c for c in DEFAULT_CANDIDATES}
+CANDIDATE_FOR = {(c.backend, VARIANT_QUANTIZATION[c.quantization]): c for c in DEFAULT_CANDIDATES}
+CC_MIN, CC_MAX = (3, 0), (15, 9)  # the compute capabilities a GPU can state
+CC_RANGE = f"from {CC_MIN[0]}.{CC_MIN[1]} to {CC_MAX[0]}.{CC_MAX[1]}"
+EVIDENCE_LIMIT = 2000  # newest measured levels read per decision
+_CC_RE = re.compile(r"(\d{1,2})(?:\.(\d))?")
+
+
+class InputError(ValueError):
+    """What the inventory lacks for the advisor; `field` names the form field it came from."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+def parse_cc(text) -> tuple[int, int] | None:
+    """'7.0' -> (7, 0); '9' -> (9, 0); None when it is not a compute capability we know of."""
+    m = _CC_RE.fullmatch(str(text or "").strip())
+    if not m:
+        return None
+    cc = (int(m.group(1)), int(m.group(2) or 0))
+    return cc if CC_MIN <= cc <= CC_MAX else None
+
+
+def gpu_spec_from_host(host: Host) -> GpuSpec:
+    """The host's GPU model (its first GPU) and how many of them it has. Raises InputError when
+    the inventory lacks what the advisor needs."""
+    gpus = list(host.gpus.all())
+    if not gpus:
+        raise InputError("host", f"{host} has no GPU in the inventory: probe it, or state the GPU instead.")
+    first = gpus[0]
+    cc = parse_cc(first.compute_capability)
+    if cc is None:
+        raise InputError("host", f"{host}'s {first.name} has no valid compute capability in the inventory "
+                                 f"({first.compute_capability or 'blank'}): fix it, or state the GPU instead.")
+    if not first.memory_total_mib:
+        raise InputError("host", f"{host}'s {first.name} has no VRAM in the inventory: fix it, or state the "
+                                 f"GPU instead.")
+    same = [g for g in gpus if g.name == first.name and g.compute_capability == first.compute_capability]
+    return GpuSpec(name=first.name, compute_capability=cc, vram_gib=first.memory_total_mib / 1024,
+                   count=len(same), interconnect="nvlink" if host.interconnect == "nvlink" else "pcie",
+                   host_id=str(host.pk))
+
+
+def model_spec_from_model(model: Model) -> tuple[ModelSpec, dict[str, float]]:
+    """The registered model's shape, and its variants' file sizes keyed by candidate quantization."""
+    default = DEEPSEEK_R1_DISTILL_QWEN_7B
+    is_default = model.name.strip().lower() == default.name.lower()
+    context = model.context_length or (default.context_length if is_default else None)
+    missing = [label for label, value in (("parameters", model.params_b), ("layers", model.layers),
+                                          ("KV heads", model.kv_heads), ("head size", model.head_dim),
+                                          ("context length", context)) if not value or value <= 0]
+    if missing:
+        raise InputError("model", f"{model} lacks {', '.join(missing)} in the inventory: fill them in, or "
+                                  f"leave the model blank for the built-in {default.name} spec.")
+    spec = ModelSpec(name=model.name, params_b=model.params_b, layers=model.layers, kv_heads=model.kv_heads,
+                     head_dim=model.head_dim, context_length=context,
+                     embedding_params_b=default.embedding_params_b if is_default else 0.0,
+                     known_weight_bytes=dict(default.known_weight_bytes) if is_default else {})
+    to_candidate = {v: k for k, v in VARIANT_QUANTIZATION.items()}
+    sizes: dict[str, float] = {}
+    for variant in model.variants.all():
+        key = to_candidate.get(variant.quantization)
+        if key and variant.size_bytes and variant.size_bytes > 0:
+            sizes[key] = max(sizes.get(key, 0.0), float(variant.size_bytes))  # the largest: conservative
+    return spec, sizes
+
+
+# --- the evidence ---------------------------------------------------------------------------
+
+class EvidenceList(list):
+    """A list[Evidence], plus how many measured levels were left out and why."""
+
+    def __init__(self, rows=(), skipped: dict[str, int] | None = None):
+        super().__init__(rows)
+        self.skipped = dict(skipped or {})
+
+
+def _measured_levels() -> QuerySet[LevelResult]:
+    """Levels of finished runs in concurrency mode that completed at least one request."""
+    return LevelResult.objects.filter(run__status__in=Run.FINISHED, run__load_mode="concurrency",
+                                      rate__isnull=True, concurrency__gte=1, completed__gt=0)
+
+
+def _candidate_q() -> Q:
+    return reduce(or_, (Q(endpoint__backend=backend, endpoint__variant__quantization=quant)
+                        for backend, quant in CANDIDATE_FOR))
+
+
+def endpoint_gpu(endpoint: Endpoint) -> Gpu | None:
+    """The GPU an endpoint serves from: its own first GPU, else its host's first GPU; None when
+    that GPU has no name or valid compute capability. Expects gpus prefetched."""
+    gpus = list(endpoint.gpus.all()) or list(endpoint.host.gpus.all())[:1]
+    if gpus and gpus[0].name and parse_cc(gpus[0].compute_capability):
+        return gpus[0]
+    return None
+
+
+def _evidence_row(level: LevelResult) -> Evidence | None:
+    endpoint, run = level.endpoint, level.run
+    gpu = endpoint_gpu(endpoint)
+    if gpu is None:
+        return None
+    candidate = CANDIDATE_FOR[(endpoint.backend, endpoint.variant.quantization)]
+    point = level_point(level)  # the one reader of a level's stored summaries
+    label = f"{run} · {endpoint.name} · {level.concurrency} concurrent"
+    if point.flags:
+        label += f" (flags: {', '.join(point.flags)})"
+    return Evidence(
+        id=f"level-{level.pk}", candidate=candidate.key, kind="measured", label=label, gpu_name=gpu.name,
+        compute_capability=parse_cc(gpu.compute_capability), concurrency=level.concurrency,
+        prompt_tokens=run.prompt_tokens, output_tokens=run.output_tokens,
+        url=f"{run.get_absolute_url()}#level-{level.public_id}", host_id=str(endpoint.host_id),
+        note=f"{len(point.flags)} validity flags" if point.flags else "",
+        **{f.name: point.get(f) for f in ADVISOR_FIGURES})
+
+
+def evidence_from_db(*, limit: int = EVIDENCE_LIMIT, published: bool = True) -> EvidenceList:
+    """Measured evidence (newest first), then the published V100 figures. A handful of queries
+    whatever the number of levels."""
+    levels = _measured_levels()
+    candidate_q = _candidate_q()
+    rows = list(levels.filter(candidate_q)
+                .select_related("run", "endpoint__variant", "endpoint__host")
+                .prefetch_related(Prefetch("endpoint__gpus", queryset=Gpu.objects.order_by("index")),
+                                  Prefetch("endpoint__host__gpus", queryset=Gpu.objects.order_by("index")))
+                .defer("gpu_series", "server_series", "client", "server_summary",
+                       "run__preflight", "run__server_config", "run__flags", "run__error")
+                .order_by("-run__created", "-run_id", "-pk")[:limit + 1])
+    skipped = {}
+    if len(rows) > limit:
+        skipped["older than the newest levels read"] = levels.filter(candidate_q).count() - limit
+        rows = rows[:limit]
+    other = levels.exclude(candidate_q).count()
+    if other:
+        skipped["not one of the candidates (backend and variant)"] = other
+    evidence = []
+    for level in rows:
+        ev = _evidence_row(level)
+        if ev is None:
+            skipped["GPU or its compute capability unknown"] = \
+                skipped.get("GPU or its compute capability unknown", 0) + 1
+        else:
+            evidence.append(ev)
+    if published:
+        evidence += published_v100_evidence()
+    return EvidenceList(evidence, skipped)
+
+
+# --- saved decisions ------------------------------------------------------------------------
+
+def decision_inputs(public_id: str | None) -> dict | None:
+    """A saved decision's inputs, to start a new one from; None when there is no such decision."""
+    try:
+        return decision_by_public_id(public_id).inputs if public_id else None
+    except Http404:
+        return None
+
+
+def decisions_recent(*, owner, limit: int = 10) -> QuerySet[Decision]:
+    return Decision.objects.filter(owner=owner).only("public_id", "recommended", "created", "result")[:limit]
+
+
+def endpoints_for(candidate_key: str, host_id: str | None, gpu_name: str, cc: tuple) -> list[Endpoint]:
+    """Enabled endpoints that serve this candidate: on the host, or (a stated GPU) on any GPU of
+    the same model or compute capability."""
+    c = CANDIDATES[candidate_key]
+    qs = Endpoint.objects.filter(enabled=True, backend=c.backend,
+                                 variant__quantization=VARIANT_QUANTIZATION[c.quantization])
+    if host_id is not None:
+        return list(qs.filter(host_id=int(host_id)).select_related("host"))
+    matches = []
+    for e in qs.select_related("host").prefetch_related("gpus", "host__gpus"):
+        g = endpoint_gpu(e)
+        if g and (gpu_key(g.name) == gpu_key(gpu_name) or parse_cc(g.compute_capability) == tuple(cc)):
+            matches.append(e)
+    return matches
