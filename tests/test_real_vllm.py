@@ -99,10 +99,10 @@ def test_the_engine_measures_real_vllm(vllm_server):
             assert 0.001 < r.tpot < 1, r.tpot
             assert r.e2e > r.ttft
         s = summarize_level(outcome.results, outcome.wall_s)
-        assert s["completed"] == 6 and s["failed"] == 0 and s["stopped_short"] == 0
-        assert s["output_tokens"] == 6 * OUTPUT and s["prompt_tokens"] == 6 * PROMPT
-        assert s["aggregate_tok_s"] > 0 and s["decode_tok_s"]["p50"] > 1
-        assert s["server_decode_tok_s"]["count"] == 0, "vLLM sends no llama.cpp timings"
+        assert s.completed == 6 and s.failed == 0 and s.stopped_short == 0
+        assert s.output_tokens == 6 * OUTPUT and s.prompt_tokens == 6 * PROMPT
+        assert s.stat("aggregate_tok_s") > 0 and s.stat("decode_tok_s", "p50") > 1
+        assert s.value("server_decode_tok_s").count == 0, "vLLM sends no llama.cpp timings"
 
 
 def test_ttft_and_decode_agree_with_vllms_own_metrics(vllm_server):
