@@ -17,6 +17,8 @@ from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Target, Workload
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import LevelSummary
+from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX
+from benchmarks.engine.quality import QualityResult as QualityFigures
 from benchmarks.engine.server_metrics import ServerSummary
 from benchmarks.importers import ImportedReport as ParsedReport
 
@@ -172,6 +174,24 @@ class Endpoint(models.Model):
                       api_key=self.api_key)
 
 
+class EvaluationText(models.Model):
+    """A text that quality is measured on, uploaded by a member (the built-in one, Python's own
+    documentation, needs no row). Figures are only compared on the same sha256."""
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    name = models.CharField(max_length=200)
+    sha256 = models.CharField("SHA-256", max_length=64, unique=True, editable=False)
+    text = models.TextField()
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return f"{self.name} ({self.sha256[:12]}, {len(self.text):,} characters)"
+
+
 class Run(models.Model):
     QUEUED, RUNNING, SUCCEEDED, PARTIAL, FAILED, CANCELLED = (
         "queued", "running", "succeeded", "partial", "failed", "cancelled")
@@ -204,6 +224,18 @@ class Run(models.Model):
     slo_ttft_ms = models.FloatField("SLO: TTFT (ms)", null=True, blank=True)
     slo_tpot_ms = models.FloatField("SLO: TPOT (ms)", null=True, blank=True)
     slo_e2e_ms = models.FloatField("SLO: E2E (ms)", null=True, blank=True)
+    # The quality step (engine/quality.py), after the load levels: perplexity of every endpoint
+    # on one text, and against the reference endpoint KL divergence and agreement.
+    quality = models.BooleanField("measure quality", default=False)
+    quality_text = models.ForeignKey(EvaluationText, models.PROTECT, null=True, blank=True, related_name="runs",
+                                     help_text="Empty: the built-in text (Python's documentation).")
+    quality_reference = models.ForeignKey(Endpoint, models.PROTECT, null=True, blank=True, related_name="+",
+                                          help_text="One of the run's endpoints: the same base model at "
+                                                    "higher precision.")
+    quality_ctx = models.PositiveIntegerField("quality window (tokens)", default=DEFAULT_CTX,
+                                              validators=[MinValueValidator(8)])
+    quality_chunks = models.PositiveIntegerField("quality windows", default=DEFAULT_CHUNKS,
+                                                 validators=[MinValueValidator(1)])
     # Life cycle.
     status = models.CharField(max_length=20, choices=STATUSES, default=QUEUED, db_index=True)
     created = models.DateTimeField(default=timezone.now, db_index=True)
@@ -334,6 +366,29 @@ class LevelResult(models.Model):
     @cached_property
     def server(self) -> ServerSummary:
         return ServerSummary.from_dict(self.server_summary)
+
+
+class QualityMeasurement(models.Model):
+    """The quality step of one endpoint in a run: the engine's QualityResult (its `figures`,
+    one writer and one reader), or why it could not be measured (`error`)."""
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    run = models.ForeignKey(Run, models.CASCADE, related_name="quality_results")
+    endpoint = models.ForeignKey(Endpoint, models.PROTECT, related_name="quality_results")
+    result = models.JSONField(default=dict, blank=True)  # QualityFigures.to_dict(); read it as `figures`
+    error = models.TextField(blank=True)
+    measured_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "endpoint__name"]
+        constraints = [models.UniqueConstraint(fields=["run", "endpoint"], name="quality_run_endpoint")]
+
+    def __str__(self):
+        return f"quality of {self.endpoint} in {self.run}"
+
+    @cached_property
+    def figures(self) -> QualityFigures | None:
+        return QualityFigures.from_dict(self.result) if self.result else None
 
 
 class RequestRecord(models.Model):

@@ -349,6 +349,9 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> dict:
 
 
 # ---------------------------------------------------------------------------------- the step
+RESULT_VERSION = 1
+
+
 @dataclass
 class QualityResult:
     text: dict
@@ -365,7 +368,14 @@ class QualityResult:
     reference: dict | None = None  # KL, same-top, agreement against the reference endpoint
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The one writer of the stored shape."""
+        return {"version": RESULT_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "QualityResult":
+        """The one reader: every stored version reads (unknown keys are ignored)."""
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 async def measure(client: httpx.AsyncClient, url: str, backend: str, text: EvalText, *, model: str = "",
