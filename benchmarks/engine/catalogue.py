@@ -27,7 +27,7 @@ class Metric:
     key: str
     label: str  # short, for table heads, axes and sentences: "TTFT"
     name: str  # in words: "Time to first token"
-    unit: str  # "ms", "tok/s", "req/s", "%", "GiB"
+    unit: str  # "ms", "tok/s", "req/s", "%", "GiB"; "" for a pure number (perplexity)
     definition: str
     better: str  # HIGHER or LOWER
     summary: str  # DISTRIBUTION (count, mean, min, max, p50/p90/p99 over requests) or SCALAR
@@ -36,7 +36,7 @@ class Metric:
     phrase: str = ""  # a comparison's verb: "{winner} decodes {ratio} faster than {loser}"
     quoted: str = ""  # how a sentence quotes a value: "56.0 tok/s per stream"
     needs: str = ""  # the run page shows it only for runs with this: "chat" (reasoning) or "slo"
-    source: str = "requests"  # what it is computed from: "requests" (the client) or "gpu" (NVML)
+    source: str = "requests"  # computed from: "requests" (the client), "gpu" (NVML) or "quality" 
 
     @property
     def lower_is_better(self) -> bool:
@@ -88,6 +88,28 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("peak_memory_gib", "Peak GPU memory", "Peak GPU memory", "GiB",
            "The most device memory in use on the endpoint's GPUs while the level ran (NVML, whole "
            "device: weights, KV cache and anything else on it).", LOWER, SCALAR, 2, source="gpu"),
+    # Quality (engine/quality.py): one figure per endpoint and evaluation text, not per level.
+    Metric("perplexity", "Perplexity", "Perplexity on the evaluation text", "",
+           "exp(mean negative log-likelihood of each actual next token), over the scored half of "
+           "every window (llama-perplexity's windows: -c N --chunks M); ± its standard error.",
+           LOWER, SCALAR, 3, phrase="{winner}'s perplexity is {ratio} lower than {loser}'s",
+           source="quality"),
+    Metric("kl_mean", "KL divergence", "Mean KL divergence from the reference", "nats",
+           "KL(reference || endpoint) of the next-token distributions, summed over the reference's "
+           "top-k tokens plus one bucket for the rest of the vocabulary (a lower bound of the full "
+           "KL), averaged over the scored positions.", LOWER, SCALAR, 4, source="quality"),
+    Metric("kl_p99", "KL p99", "99th percentile of the KL divergence", "nats",
+           "The per-position KL divergence (as above) that 99 % of positions stay under.",
+           LOWER, SCALAR, 4, source="quality"),
+    Metric("same_top_share", "Same top token", "Same top token as the reference", "%",
+           "Share of scored positions where the endpoint's most likely next token is the reference's.",
+           HIGHER, SCALAR, 1, scale=100.0, source="quality"),
+    Metric("greedy_identical_share", "Greedy agreement", "Identical greedy continuation tokens", "%",
+           "Same prompts, temperature 0: share of generated tokens identical to the reference's at "
+           "the same position.", HIGHER, SCALAR, 1, scale=100.0, source="quality"),
+    Metric("quality_tok_s", "Scoring speed", "Tokens scored per second", "tok/s",
+           "Positions scored / wall time of the perplexity pass through the endpoint.",
+           HIGHER, SCALAR, 1, source="quality"),
 )}
 
 
@@ -126,12 +148,12 @@ class Figure:
     @property
     def title(self) -> str:
         """ "TTFT p50 (ms)": table heads, axis titles, CSV columns."""
-        return f"{self.label} ({self.metric.unit})"
+        return f"{self.label} ({self.metric.unit})" if self.metric.unit else self.label
 
     @property
     def quoted(self) -> str:
         """How a sentence names the unit after a value: "ms TTFT p50", "tok/s per stream"."""
-        return self.metric.quoted or f"{self.metric.unit} {self.label}"
+        return self.metric.quoted or f"{self.metric.unit} {self.label}".strip()
 
     def read(self, values: dict | None) -> float | None:
         """This figure from a summary-shaped dict (`{"ttft_ms": {"p50": ...}, "aggregate_tok_s": ...}`)."""
