@@ -46,7 +46,19 @@ def expected_perplexity(tokens, n_ctx, chunks, bos, sharpness):
     return math.exp(sum(nll) / len(nll)), len(nll)
 
 
+def score_reference(sim, backend, text=TEXT, **kw):
+    async def go():
+        async with httpx.AsyncClient(timeout=30) as client:
+            return await quality.measure_reference(client, sim.url, backend, text, **kw)
+    return asyncio.run(go())
+
+
 def run(sim, backend, text=TEXT, reference=None, **kw):
+    """`reference`: a simulator (scored here first, with the same windows) or ReferenceScores."""
+    if reference is not None and not isinstance(reference, quality.ReferenceScores):
+        windows = {k: kw[k] for k in ("n_ctx", "chunks", "top_k") if k in kw}
+        reference = score_reference(reference, backend, text, **windows)
+
     async def go():
         async with httpx.AsyncClient(timeout=30) as client:
             return await quality.measure(client, sim.url, backend, text, reference=reference, **kw)
@@ -71,7 +83,7 @@ def test_kl_divergence_over_the_whole_top_list_is_the_exact_kl(simulator):
     # With every ranked token listed the rest of the vocabulary is uniform on both sides, so the
     # tail bucket loses nothing: the figure must equal the full-vocabulary KL computed here.
     ref, test = simulator(dialect="vllm", sharpness=1.0), simulator(dialect="vllm", sharpness=1.3)
-    result = run(test, "vllm", reference=(ref.url, "vllm", ""), n_ctx=32, chunks=2, top_k=RANKED)
+    result = run(test, "vllm", reference=ref, n_ctx=32, chunks=2, top_k=RANKED)
     p = [math.exp(logprob(0, candidate(0, j), 1.0)) for j in range(RANKED)]
     q = [math.exp(logprob(0, candidate(0, j), 1.3)) for j in range(RANKED)]
     tail_p, tail_q = math.exp(logprob(0, -1, 1.0)), math.exp(logprob(0, -1, 1.3))
@@ -85,7 +97,7 @@ def test_kl_divergence_over_the_whole_top_list_is_the_exact_kl(simulator):
 
 def test_a_server_against_itself_has_zero_divergence_and_full_agreement(simulator):
     a, b = simulator(dialect="llamacpp", sharpness=0.9), simulator(dialect="llamacpp", sharpness=0.9)
-    r = run(a, "llamacpp", reference=(b.url, "llamacpp", ""), n_ctx=32, chunks=2).reference
+    r = run(a, "llamacpp", reference=b, n_ctx=32, chunks=2).reference
     assert r["kl_mean"] == pytest.approx(0.0, abs=1e-12) and r["same_top_share"] == 1.0
     assert r["greedy"]["identical_token_share"] == 1.0
     assert r["greedy"]["identical_continuations"] == r["greedy"]["prompts"] == 2
@@ -94,8 +106,8 @@ def test_a_server_against_itself_has_zero_divergence_and_full_agreement(simulato
 def test_divergence_grows_with_the_distance_between_the_models(simulator):
     ref = simulator(dialect="vllm", sharpness=1.0)
     near, far = simulator(dialect="vllm", sharpness=1.1), simulator(dialect="vllm", sharpness=2.0)
-    kl_near = run(near, "vllm", reference=(ref.url, "vllm", ""), n_ctx=32, chunks=2).reference["kl_mean"]
-    kl_far = run(far, "vllm", reference=(ref.url, "vllm", ""), n_ctx=32, chunks=2).reference["kl_mean"]
+    kl_near = run(near, "vllm", reference=ref, n_ctx=32, chunks=2).reference["kl_mean"]
+    kl_far = run(far, "vllm", reference=ref, n_ctx=32, chunks=2).reference["kl_mean"]
     assert 0 < kl_near < kl_far
 
 
@@ -118,10 +130,63 @@ def test_a_server_without_log_probabilities_is_said_so(simulator):
         run(sim, "openai", n_ctx=32)
 
 
-def test_endpoints_with_different_tokenizers_are_not_compared(simulator):
-    a, b = simulator(dialect="vllm"), simulator(dialect="vllm", token_offset=5)
-    with pytest.raises(quality.QualityError, match="tokenize differently"):
-        run(a, "vllm", reference=(b.url, "vllm", ""), n_ctx=32)
+def test_endpoints_with_different_tokenizers_keep_their_perplexity_but_are_not_compared(simulator):
+    a, b = simulator(dialect="vllm", sharpness=0.7), simulator(dialect="vllm", token_offset=5)
+    result = run(a, "vllm", reference=b, n_ctx=32, chunks=2)
+    assert "tokenize differently" in result.reference_refused and result.reference is None
+    want, _ = expected_perplexity(sim_tokens(TEXT.text), 32, 2, None, 0.7)
+    assert result.perplexity == pytest.approx(want, rel=1e-9)
+    assert result.value("kl_mean") is None and result.value("perplexity") == result.perplexity
+
+
+def test_the_reference_is_scored_once_and_compared_with_after_its_server_stopped(simulator):
+    ref = simulator(dialect="vllm", sharpness=1.0)
+    scores = score_reference(ref, "vllm", n_ctx=32, chunks=2)
+    requests = ref.stats()["requests"]
+    ref.__exit__(None, None, None)  # the reference server is gone
+    near, far = simulator(dialect="vllm", sharpness=1.1), simulator(dialect="vllm", sharpness=2.0)
+    kl_near = run(near, "vllm", reference=scores, n_ctx=32, chunks=2).reference
+    kl_far = run(far, "vllm", reference=scores, n_ctx=32, chunks=2).reference
+    assert 0 < kl_near["kl_mean"] < kl_far["kl_mean"]
+    assert kl_near["perplexity"] == scores.result.perplexity
+    # /v1/models, one probe, the text tokenized twice, two windows, two greedy prompts: once.
+    assert requests == 1 + 1 + 2 + 2 + 2
+
+
+def test_the_comparison_is_refused_on_another_text_or_other_windows(simulator):
+    ref, test = simulator(dialect="vllm"), simulator(dialect="vllm")
+    scores = score_reference(ref, "vllm", n_ctx=32, chunks=2)
+    other = quality.EvalText("other", TEXT.text + " omega")
+    assert "another text" in run(test, "vllm", text=other, reference=scores, n_ctx=32, chunks=2).reference_refused
+    assert "other windows (-c 32 --chunks 2)" in run(test, "vllm", reference=scores, n_ctx=64,
+                                                     chunks=2).reference_refused
+
+
+def test_every_quality_figure_of_the_catalogue_is_read_from_a_result_and_nothing_else(simulator):
+    from benchmarks.engine.catalogue import METRICS
+
+    keys = {k for k, m in METRICS.items() if m.source == "quality"}
+    assert keys == set(quality.QualityResult.READERS)
+    ref, test = simulator(dialect="llamacpp", sharpness=1.0), simulator(dialect="llamacpp", sharpness=1.5)
+    result = run(test, "llamacpp", reference=ref, n_ctx=32, chunks=2)
+    assert all(isinstance(result.value(k), float) for k in keys)
+    assert result.value("greedy_identical_share") == result.reference["greedy"]["identical_token_share"]
+    assert result.value("quality_tok_s") == result.tokens_per_s
+    with pytest.raises(KeyError, match="not a quality figure"):
+        result.value("ttft_ms")
+    # Through the stored shape: the one writer, the one reader.
+    again = quality.QualityResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again == result and result.to_dict()["version"] == quality.RESULT_VERSION
+
+
+def test_a_version_1_result_still_reads():
+    v1 = {"text": {"name": "t", "sha256": "ab", "chars": 10, "tokens": 64}, "settings": {"n_ctx": 32},
+          "backend": "vllm", "method": "prompt_logprobs", "perplexity": 5.0, "perplexity_stderr": 0.1,
+          "mean_nll": math.log(5.0), "tokens_scored": 30, "seconds": 1.0, "tokens_per_s": 30.0, "requests": 2,
+          "reference": {"url": "http://10.0.0.1:8000", "kl_mean": 0.01, "greedy": {"identical_token_share": 0.5}}}
+    r = quality.QualityResult.from_dict(v1)
+    assert r.value("kl_mean") == 0.01 and r.value("greedy_identical_share") == 0.5
+    assert "tokens" not in r.text and "url" not in r.reference and r.reference_refused == ""
 
 
 def test_the_command_line_prints_one_json_object(simulator, tmp_path):
@@ -137,6 +202,20 @@ def test_the_command_line_prints_one_json_object(simulator, tmp_path):
     assert out["perplexity"] == pytest.approx(want, rel=1e-9) and out["tokens_scored"] == scored
     assert out["settings"]["n_ctx"] == 32 and out["settings"]["scored_per_window"] == 15
     assert out["text"]["name"] == "text.txt" and out["text"]["sha256"] == TEXT.sha256
+    assert out["text"]["tokens"] == 1 + len(TEXT.text.split())  # the whole text, with the BOS
+
+
+def test_the_command_line_compares_with_a_reference(simulator, tmp_path):
+    ref, test = simulator(dialect="llamacpp", sharpness=1.0), simulator(dialect="llamacpp", sharpness=1.0)
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT.text)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.engine.quality", test.url, "--backend", "llamacpp",
+                           "--text", str(path), "--ctx", "32", "--chunks", "2", "--reference", ref.url, "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["reference"]["name"] == ref.url and out["reference"]["kl_mean"] == pytest.approx(0, abs=1e-12)
+    assert out["reference"]["greedy"]["identical_token_share"] == 1.0
 
 
 def test_the_command_line_says_why_it_cannot_measure(simulator):

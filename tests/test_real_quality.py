@@ -60,7 +60,15 @@ def measure(url, text_file, reference=None):
     async def go():
         async with httpx.AsyncClient(timeout=300) as client:
             return await quality.measure(client, url, "llamacpp", quality.file_text(text_file), n_ctx=N_CTX,
-                                         chunks=CHUNKS, reference=reference, agreement_prompts=3)
+                                         chunks=CHUNKS, reference=reference)
+    return asyncio.run(go())
+
+
+def measure_reference(url, text_file):
+    async def go():
+        async with httpx.AsyncClient(timeout=300) as client:
+            return await quality.measure_reference(client, url, "llamacpp", quality.file_text(text_file),
+                                                   n_ctx=N_CTX, chunks=CHUNKS, agreement_prompts=3)
     return asyncio.run(go())
 
 
@@ -84,12 +92,11 @@ def test_perplexity_through_the_server_equals_llama_perplexity_within_1_percent(
 
 def test_variants_rank_as_their_precision_says(gemma_servers, text_file):
     _, urls = gemma_servers
-    reference = (urls["Q4_K_M"], "llamacpp", "")
+    reference = measure_reference(urls["Q4_K_M"], text_file)  # scored once, compared with twice
     q8 = measure(urls["Q8_0"], text_file, reference)
     q2 = measure(urls["Q2_K"], text_file, reference)
-    base = q8.reference["perplexity"]
-    # The reference was scored twice, on slots left warm by other windows: the same figure.
-    assert q2.reference["perplexity"] == pytest.approx(base, rel=1e-9)
+    base = reference.result.perplexity
+    assert q8.reference["perplexity"] == q2.reference["perplexity"] == base
     # A Q8_0 copy of the Q4_K_M weights is nearly the same model; Q2_K throws half the bits away.
     assert q8.reference["kl_mean"] < 0.02 and q8.reference["same_top_share"] > 0.9
     assert q2.reference["kl_mean"] > 5 * q8.reference["kl_mean"]

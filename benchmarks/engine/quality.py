@@ -28,6 +28,12 @@ lower bound of the full-vocabulary KL; a top-k token of the reference that the t
 did not list is given the tested server's remaining mass shared evenly among the missing ones,
 at most its k-th probability (how often that happened is reported).
 
+The reference is scored once (`measure_reference`, which keeps its top-k at every position and
+its greedy continuations in a ReferenceScores) and every tested endpoint is compared with that
+(`measure(..., reference=...)`), so the reference server need not be up while the others are
+measured. Endpoints whose tokenizers differ are still scored for perplexity; only the comparison
+is refused, with the reason (`QualityResult.reference_refused`).
+
 Django-free: `python -m benchmarks.engine.quality URL --backend llamacpp --json`.
 """
 from __future__ import annotations
@@ -52,6 +58,7 @@ DEFAULT_TOP_K = 20
 AGREEMENT_PROMPTS = 8
 AGREEMENT_PROMPT_TOKENS = 64
 AGREEMENT_TOKENS = 32
+MAX_STREAMS = 16  # requests in flight at most: windows (vLLM) or slots (llama.cpp) scored at once
 BUILTIN_TEXT = "python-docs"
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 1234567890 naïve café – ∑ ✓ 東京"
 
@@ -190,7 +197,15 @@ class Scorer:
     async def score(self, windows: Windows, progress=None) -> list[list[Position]]:
         method = self.backend.quality_method
         if method == "prompt_logprobs":
-            return await asyncio.gather(*(self._prompt_logprobs(w, windows.first) for w in windows.windows))
+            streams = asyncio.Semaphore(MAX_STREAMS)
+
+            async def window(w: list[int]) -> list[Position]:
+                async with streams:
+                    scored = await self._prompt_logprobs(w, windows.first)
+                if progress is not None:
+                    progress(len(scored))
+                return scored
+            return list(await asyncio.gather(*(window(w) for w in windows.windows)))
         if method == "teacher_forcing":
             return await self._teacher_forcing(windows, progress)
         raise NotSupported(f"{self.backend.label} returns no log-probabilities of given tokens: perplexity "
@@ -238,7 +253,7 @@ class Scorer:
                         progress(1)
                 results[i] = scored
 
-        await asyncio.gather(*(worker(s) for s in range(min(slots, len(windows.windows)))))
+        await asyncio.gather(*(worker(s) for s in range(min(slots, MAX_STREAMS, len(windows.windows)))))
         return [r or [] for r in results]
 
     async def _slots(self) -> int:
@@ -349,15 +364,17 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> dict:
 
 
 # ---------------------------------------------------------------------------------- the step
-RESULT_VERSION = 1
+# 2: the text's size is the whole text's tokens (1: the windows' tokens); the reference is named
+# (1: its URL); a refused comparison says why (reference_refused).
+RESULT_VERSION = 2
 
 
 @dataclass
 class QualityResult:
-    text: dict
-    settings: dict
+    text: dict  # name, sha256, chars, tokens (the whole text, by this server's tokenizer)
+    settings: dict  # the windows (Windows.settings) and top_k
     backend: str
-    method: str
+    method: str  # "prompt_logprobs" or "teacher_forcing"
     perplexity: float
     perplexity_stderr: float
     mean_nll: float
@@ -366,6 +383,27 @@ class QualityResult:
     tokens_per_s: float
     requests: int
     reference: dict | None = None  # KL, same-top, agreement against the reference endpoint
+    reference_refused: str = ""  # why it was not compared with the reference ("" when it was, or none asked)
+
+    # The catalogue's quality figures (catalogue.METRICS with source "quality"), each read here.
+    READERS = {
+        "perplexity": lambda r: r.perplexity,
+        "kl_mean": lambda r: (r.reference or {}).get("kl_mean"),
+        "kl_p99": lambda r: (r.reference or {}).get("kl_p99"),
+        "same_top_share": lambda r: (r.reference or {}).get("same_top_share"),
+        "greedy_identical_share": lambda r: ((r.reference or {}).get("greedy") or {}).get("identical_token_share"),
+        "quality_tok_s": lambda r: r.tokens_per_s,
+    }
+
+    def value(self, key: str) -> float | None:
+        """The catalogue figure `key` of this result, in the catalogue's stored unit; None when
+        it was not measured (no reference)."""
+        try:
+            reader = self.READERS[key]
+        except KeyError:
+            raise KeyError(f"{key!r} is not a quality figure of the catalogue") from None
+        value = reader(self)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     def to_dict(self) -> dict:
         """The one writer of the stored shape."""
@@ -374,50 +412,122 @@ class QualityResult:
     @classmethod
     def from_dict(cls, data: dict) -> "QualityResult":
         """The one reader: every stored version reads (unknown keys are ignored)."""
+        data = dict(data)
+        if data.get("version", 1) < 2:
+            # Version 1 counted the windows' tokens as the text's size and named the reference by URL.
+            data["text"] = {k: v for k, v in (data.get("text") or {}).items() if k != "tokens"}
+            if data.get("reference"):
+                ref = {k: v for k, v in data["reference"].items() if k != "url"}
+                data["reference"] = {"name": "the reference", **ref}
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-async def measure(client: httpx.AsyncClient, url: str, backend: str, text: EvalText, *, model: str = "",
-                  n_ctx: int = DEFAULT_CTX, chunks: int = DEFAULT_CHUNKS, top_k: int = DEFAULT_TOP_K,
-                  reference: tuple[str, str, str] | None = None, agreement_prompts: int = AGREEMENT_PROMPTS,
-                  progress=None) -> QualityResult:
-    """Score `text` through the endpoint at `url`; with `reference` = (url, backend, model), also
-    against that endpoint."""
+@dataclass
+class ReferenceScores:
+    """What the reference endpoint said, scored once and kept: every tested endpoint is compared
+    with these (so the reference server need not be up any more). `result` is its own figures."""
+
+    name: str  # how results name it (an endpoint's name; the URL on the command line)
+    backend: str
+    model: str
+    probe: list[int]  # its /tokenize of PROBE_TEXT, to tell a tokenizer that differs
+    windows: Windows
+    scored: list[list[Position]]
+    greedy: list[list[int]]  # its greedy continuation of each agreement prompt
+    top_k: int
+    result: QualityResult
+
+    @property
+    def prompts(self) -> list[list[int]]:
+        """The greedy-agreement prompts its continuations answer."""
+        return greedy_prompts(self.windows, len(self.greedy))
+
+
+def greedy_prompts(windows: Windows, count: int) -> list[list[int]]:
+    """The greedy-agreement prompts: the first tokens of the first `count` windows."""
+    return [w[:AGREEMENT_PROMPT_TOKENS] for w in windows.windows[:count]]
+
+
+async def _scorer(client: httpx.AsyncClient, url: str, backend: str, model: str, top_k: int) -> Scorer:
     scorer = Scorer(client, url, backend, model, top_k)
-    await scorer.resolve_model()
     if scorer.backend.quality_method is None:
         raise NotSupported(f"{scorer.backend.label} returns no log-probabilities of given tokens: "
                            "perplexity cannot be measured through this server")
-    ref = None
-    if reference is not None:
-        ref = Scorer(client, reference[0], reference[1], reference[2], top_k)
-        await ref.resolve_model()
-        probe = [await s.tokenize(PROBE_TEXT, special=False) for s in (scorer, ref)]
-        if probe[0] != probe[1]:
-            raise QualityError("the endpoint and the reference tokenize differently (a probe text gave "
-                               f"{len(probe[0])} vs {len(probe[1])} tokens): their figures cannot be compared")
-    windows = make_windows(await scorer.tokenize(text.text, special=True),
-                           await scorer.tokenize(text.text, special=False), n_ctx, chunks)
+    await scorer.resolve_model()
+    return scorer
+
+
+async def _perplexity_pass(scorer: Scorer, text: EvalText, n_ctx: int, chunks: int,
+                           progress) -> tuple[Windows, list[list[Position]], QualityResult]:
+    """Tokenize `text` with the server, cut it into windows and score them: the endpoint's own figures."""
+    with_special = await scorer.tokenize(text.text, special=True)
+    windows = make_windows(with_special, await scorer.tokenize(text.text, special=False), n_ctx, chunks)
     t0 = time.perf_counter()
     scored = await scorer.score(windows, progress)
     seconds = time.perf_counter() - t0
     figures = perplexity(scored)
-    out = QualityResult(text={**text.describe(), "tokens": len(windows.windows) * n_ctx},
-                        settings={**windows.settings(), "top_k": top_k}, backend=scorer.backend.name,
-                        method=scorer.backend.quality_method, seconds=seconds,
-                        tokens_per_s=figures["tokens_scored"] / seconds if seconds > 0 else 0.0,
-                        requests=scorer.requests, **figures)
-    if ref is not None:
-        ref_scored = await ref.score(windows, progress)
-        prompts = [w[:AGREEMENT_PROMPT_TOKENS] for w in windows.windows[:agreement_prompts]]
-        mine = [await greedy_tokens(scorer, p, AGREEMENT_TOKENS) for p in prompts]
-        theirs = [await greedy_tokens(ref, p, AGREEMENT_TOKENS) for p in prompts]
-        out.reference = {"url": reference[0], "backend": reference[1], "model": ref.model,
-                         "perplexity": perplexity(ref_scored)["perplexity"],
-                         **divergence(ref_scored, scored),
-                         "greedy": {"tokens": AGREEMENT_TOKENS, "prompt_tokens": AGREEMENT_PROMPT_TOKENS,
-                                    **agreement(theirs, mine)}}
+    result = QualityResult(text={**text.describe(), "tokens": len(with_special)},
+                           settings={**windows.settings(), "top_k": scorer.top_k}, backend=scorer.backend.name,
+                           method=scorer.backend.quality_method, seconds=seconds,
+                           tokens_per_s=figures["tokens_scored"] / seconds if seconds > 0 else 0.0,
+                           requests=scorer.requests, **figures)
+    return windows, scored, result
+
+
+async def measure_reference(client: httpx.AsyncClient, url: str, backend: str, text: EvalText, *,
+                            model: str = "", name: str = "", n_ctx: int = DEFAULT_CTX,
+                            chunks: int = DEFAULT_CHUNKS, top_k: int = DEFAULT_TOP_K,
+                            agreement_prompts: int = AGREEMENT_PROMPTS, progress=None) -> ReferenceScores:
+    """Score `text` through the reference endpoint once: its figures, and everything an endpoint
+    is compared with (its top-k at every position and its greedy continuations)."""
+    scorer = await _scorer(client, url, backend, model, top_k)
+    probe = await scorer.tokenize(PROBE_TEXT, special=False)
+    windows, scored, result = await _perplexity_pass(scorer, text, n_ctx, chunks, progress)
+    greedy = [await greedy_tokens(scorer, p, AGREEMENT_TOKENS) for p in greedy_prompts(windows, agreement_prompts)]
+    result.requests = scorer.requests
+    return ReferenceScores(name=name or url, backend=scorer.backend.name, model=scorer.model, probe=probe,
+                           windows=windows, scored=scored, greedy=greedy, top_k=top_k, result=result)
+
+
+def _comparable(ref: ReferenceScores, text: EvalText, windows: Windows, probe: list[int]) -> str:
+    """Why the endpoint's scores cannot be compared with the reference's ("" when they can)."""
+    if ref.result.text.get("sha256") != text.sha256:
+        return f"the reference {ref.name} was scored on another text"
+    if probe != ref.probe:
+        return (f"the endpoint and the reference {ref.name} tokenize differently (a probe text gave "
+                f"{len(probe)} vs {len(ref.probe)} tokens): their figures cannot be compared")
+    if (windows.n_ctx, windows.first) != (ref.windows.n_ctx, ref.windows.first):
+        return f"the reference {ref.name} was scored in other windows ({ref.windows.settings()['llama_perplexity']})"
+    if windows.windows != ref.windows.windows:
+        return (f"the endpoint and the reference {ref.name} cut the text into different tokens: their "
+                "tokenizers differ, so their figures cannot be compared")
+    return ""
+
+
+async def measure(client: httpx.AsyncClient, url: str, backend: str, text: EvalText, *, model: str = "",
+                  n_ctx: int = DEFAULT_CTX, chunks: int = DEFAULT_CHUNKS, top_k: int = DEFAULT_TOP_K,
+                  reference: ReferenceScores | None = None, progress=None) -> QualityResult:
+    """Score `text` through the endpoint at `url`; with `reference` (from measure_reference, which
+    scored it once), also compare with it: over the reference's top-k, on its agreement prompts.
+    Perplexity is measured even when the comparison is refused (`reference_refused` says why)."""
+    if reference is not None:
+        top_k = reference.top_k
+    scorer = await _scorer(client, url, backend, model, top_k)
+    probe = await scorer.tokenize(PROBE_TEXT, special=False) if reference is not None else []
+    windows, scored, out = await _perplexity_pass(scorer, text, n_ctx, chunks, progress)
+    if reference is None:
+        return out
+    out.reference_refused = _comparable(reference, text, windows, probe)
+    if out.reference_refused:
+        return out
+    mine = [await greedy_tokens(scorer, p, AGREEMENT_TOKENS) for p in reference.prompts]
+    out.requests = scorer.requests
+    out.reference = {"name": reference.name, "backend": reference.backend, "model": reference.model,
+                     "perplexity": reference.result.perplexity,
+                     **divergence(reference.scored, scored),
+                     "greedy": {"tokens": AGREEMENT_TOKENS, "prompt_tokens": AGREEMENT_PROMPT_TOKENS,
+                                **agreement(reference.greedy, mine)}}
     return out
 
 
@@ -437,10 +547,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args(argv)
     text = file_text(a.text) if a.text else builtin_text()
-    reference = (a.reference, a.reference_backend or a.backend, a.reference_model) if a.reference else None
 
     async def go():
         async with httpx.AsyncClient(timeout=httpx.Timeout(300, connect=10)) as client:
+            reference = None
+            if a.reference:
+                reference = await measure_reference(client, a.reference, a.reference_backend or a.backend, text,
+                                                    model=a.reference_model, n_ctx=a.ctx, chunks=a.chunks,
+                                                    top_k=a.top_k)
             return await measure(client, a.url, a.backend, text, model=a.model, n_ctx=a.ctx, chunks=a.chunks,
                                  top_k=a.top_k, reference=reference)
     try:
@@ -453,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"perplexity {result.perplexity:.4f} ± {result.perplexity_stderr:.4f} over {result.tokens_scored} "
               f"tokens ({result.settings['llama_perplexity']}), {result.tokens_per_s:.1f} tokens/s")
+        if result.reference_refused:
+            print(f"not compared with the reference: {result.reference_refused}")
         if result.reference:
             r = result.reference
             print(f"vs reference: KL mean {r['kl_mean']:.5f}, p99 {r['kl_p99']:.5f}; same top token "

@@ -88,6 +88,7 @@ class SimConfig:
     vocab: int = 32000
     sharpness: float = 1.0  # the known next-token model (KnownModel); 0 = uniform over the vocabulary
     token_offset: int = 0  # /tokenize answers ids shifted by this: a server with another tokenizer
+    score_ms: float = 0.0  # each scoring request (quality: prompt_logprobs, n_probs) answers after this long
 
 
 class KnownModel:
@@ -281,6 +282,8 @@ class Simulator:
         if method == "POST" and (path == "/completion" and backend.quality_method == "teacher_forcing"
                                  or path == "/v1/completions" and backend.quality_method == "prompt_logprobs"
                                  and not _streamed(body)):
+            if cfg.score_ms:
+                await asyncio.sleep(cfg.score_ms / 1000)
             try:
                 return await self.respond(writer, 200, self.score(path, json.loads(body or b"{}")), close)
             except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
