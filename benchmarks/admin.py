@@ -68,7 +68,7 @@ class ModelAdmin(InventoryAdmin):
 
 @admin.register(Variant)
 class VariantAdmin(InventoryAdmin):
-    list_display = ("name", "model", "quantization", "format", "size_bytes", "perplexity")
+    list_display = ("name", "model", "quantization", "format", "size_bytes")
     list_filter = ("quantization", "format", "model")
     search_fields = ("name", "model__name")
 

@@ -5,11 +5,20 @@ A series is one server's numbers over load levels:
      "gpu", "gpu_count", "fingerprint": {...}, "levels": [engine.points.Point]}
 Only comparable series belong together: the fingerprint holds what must match. The figures
 compared, their units and which of two values wins come from the metric catalogue.
+
+Quality is one figure set per series, not per level: a quality entry is
+    {"label", "kind", "url", "quality": engine.points.QualityPoint | None, "error": str,
+     "is_reference": bool}
+and two of its figures are compared only where `points.not_comparable` finds nothing against
+it (the same text, windows, base model and reference); otherwise the sentence says why not.
 """
 from __future__ import annotations
 
-from benchmarks.engine.catalogue import COMPARED, Figure
-from benchmarks.engine.points import Point
+import csv
+import io
+
+from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, QUALITY_COMPARED, Figure
+from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
 
 FINGERPRINT_FIELDS = {
     "prompt_tokens": "prompt tokens",
@@ -99,3 +108,116 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     text = phrase.format(winner=winner["label"], loser=loser["label"], ratio=ratio, what=f.label)
     return {"text": f"{text} {where} ({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}).", "metric": f.name,
             "values": [a, b], "labels": [x["label"], y["label"]]}
+
+
+# ---------------------------------------------------------------- quality
+SOURCE = {"measured": "measured here", "published": "published, not measured here",
+          "imported": "imported, not measured here"}
+
+
+def shown(f: Figure, value: float | None) -> str:
+    """A value in the catalogue's unit and decimals; "—" when there is none."""
+    m = f.metric
+    return "—" if value is None else f"{value * m.scale:,.{m.digits}f}"
+
+
+def quality_table(entries: list[dict]) -> list[dict]:
+    """The comparison's quality table: a row per entry, its figures (catalogue.COMPARISON_QUALITY)
+    formatted, with the text, windows and reference they were measured on."""
+    rows = []
+    for e in entries:
+        q: QualityPoint | None = e["quality"]
+        cells = []
+        for f in COMPARISON_QUALITY:
+            value = q.get(f) if q else None
+            text = shown(f, value)
+            if f.key == "perplexity" and value is not None and q.perplexity_stderr is not None:
+                text += f" ± {q.perplexity_stderr:,.{f.metric.digits}f}"
+            cells.append({"name": f.name, "text": text})
+        reference = ("this is the reference" if e.get("is_reference")
+                     else (q.reference if q and q.reference else "none"))
+        rows.append({"label": e["label"], "url": e.get("url"), "kind": e["kind"], "source": SOURCE[e["kind"]],
+                     "text": q.text_words if q else "—", "windows": q.windows_words if q else "—",
+                     "reference": reference, "cells": cells,
+                     "note": e.get("error") and f"Not measured: {e['error']}" or (q.note if q else "")})
+    return rows
+
+
+def _difference(f: Figure, loser: float, winner: float) -> str:
+    """How far the loser's value is from the winner's, relative to the winner's: "2.1 %"; a share
+    in percentage points; with the unit when the winner's value is 0 (no percentage of nothing)."""
+    m = f.metric
+    gap = abs(loser - winner)
+    if m.unit == "%":
+        return f"{gap * m.scale:,.{m.digits}f} percentage points"
+    if winner == 0:
+        return f"{gap * m.scale:,.{m.digits}f} {m.unit}".strip()
+    return f"{100 * gap / abs(winner):,.1f} %"
+
+
+def _where(f: Figure, q: QualityPoint) -> str:
+    where = "on the same text and windows"
+    return f"{where}, against {q.reference}" if f.key in AGAINST_REFERENCE else where
+
+
+def quality_sentence(f: Figure, x: dict, y: dict) -> dict:
+    """One quality figure of two comparable entries in words, the one that loses by the catalogue's
+    `better` named first and its value first: "Q4_K_M's perplexity is 2.1 % above FP8's on the
+    same text and windows (6.280 vs 6.150)"."""
+    m = f.metric
+    a, b = x["quality"].get(f), y["quality"].get(f)
+    unit = f" {m.unit}" if m.unit else ""
+    where = _where(f, x["quality"])
+    if a == b:
+        return {"text": f"{m.label} is the same for {x['label']} and {y['label']} {where} ({shown(f, a)}{unit}).",
+                "metric": f.name, "compared": True, "values": [a, b], "labels": [x["label"], y["label"]]}
+    x_wins = a < b if m.lower_is_better else a > b
+    (winner, w), (loser, lo) = ((x, a), (y, b)) if x_wins else ((y, b), (x, a))
+    phrase = m.phrase or ("{loser}'s {what} is {ratio} above {winner}'s" if m.lower_is_better
+                          else "{loser}'s {what} is {ratio} below {winner}'s")
+    text = phrase.format(loser=loser["label"], winner=winner["label"], ratio=_difference(f, lo, w), what=m.label)
+    return {"text": f"{text} {where} ({shown(f, lo)} vs {shown(f, w)}{unit}).", "metric": f.name, "compared": True,
+            "values": [lo, w], "labels": [loser["label"], winner["label"]]}
+
+
+def quality_sentences(entries: list[dict]) -> list[dict]:
+    """Each quality figure (catalogue.QUALITY_COMPARED) of every entry that has it against the first
+    entry that has it, in words; where two are not comparable, one sentence per pair says why
+    (never a ratio)."""
+    out, refused = [], {}
+    having_quality = [e for e in entries if e["quality"] is not None]
+    for f in QUALITY_COMPARED:
+        having = [e for e in having_quality if e["quality"].get(f) is not None]
+        if len(having) < 2:
+            continue
+        base = having[0]
+        for e in having[1:]:
+            reason = not_comparable(e["quality"], base["quality"], f.key)
+            if reason:
+                refused.setdefault((e["label"], base["label"], reason), []).append(f.metric.label)
+            else:
+                out.append(quality_sentence(f, e, base))
+    for (x, y, reason), labels in refused.items():
+        what = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+        verb = "is" if len(labels) == 1 else "are"
+        out.append({"text": f"{what} of {x} and {y} {verb} not compared: {reason}.", "compared": False,
+                    "metric": None, "values": [], "labels": [x, y]})
+    return out
+
+
+def quality_csv(entries: list[dict]) -> str:
+    """The quality table as CSV: what each figure was measured on, then the figures under their
+    catalogue titles, in the catalogue's units (shares in %)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["series", "source", "text", "text sha256", "windows", "reference", "perplexity stderr",
+                     *(f.title for f in COMPARISON_QUALITY), "note"])
+    for e, row in zip(entries, quality_table(entries)):
+        q: QualityPoint | None = e["quality"]
+        values = [None if q is None or q.get(f) is None else round(q.get(f) * f.metric.scale, 6)
+                  for f in COMPARISON_QUALITY]
+        writer.writerow([e["label"], row["source"], q.text["name"] if q and q.text else "",
+                         q.text["sha256"] if q and q.text else "", q.windows_words if q and q.windows else "",
+                         row["reference"], "" if q is None or q.perplexity_stderr is None else q.perplexity_stderr,
+                         *("" if v is None else v for v in values), row["note"]])
+    return out.getvalue()

@@ -126,9 +126,8 @@ class Variant(models.Model):
     quantization = models.CharField(max_length=20, choices=QUANTIZATIONS)
     format = models.CharField(max_length=50, blank=True, help_text="e.g. safetensors, GGUF")
     size_bytes = models.BigIntegerField("file size (bytes)", null=True, blank=True)
-    perplexity = models.FloatField(null=True, blank=True)
-    perplexity_source = models.CharField(max_length=300, blank=True,
-                                         help_text="Where the perplexity figure came from.")
+    # No quality figure here: a variant's quality is measured through an endpoint serving it
+    # (QualityMeasurement, with its text and windows) or published with its report.
 
     class Meta:
         ordering = ["model", "name"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from dataclasses import replace
 from typing import Callable
 from urllib.parse import urlsplit
 
@@ -17,9 +18,10 @@ from django.http import Http404
 from benchmarks.engine.catalogue import REQUEST_CSV, RESULTS_TABLE, figure
 from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
-from benchmarks.engine.points import Point, stated
+from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
-from benchmarks.models import Comparison, Decision, Endpoint, ImportedReport, LevelResult, RequestRecord, Run
+from benchmarks.models import (Comparison, Decision, Endpoint, ImportedReport, LevelResult, QualityMeasurement,
+                               RequestRecord, Run)
 
 # What a permalink answers when no row has its id: the one not-found message of each kind.
 NOT_FOUND = {Run: "No run has this link.", ImportedReport: "No report has this link.",
@@ -177,6 +179,12 @@ def level_point(level: LevelResult) -> Point:
                           flags=[f["code"] for f in level.flags], gpu=level.gpu, gpu_indices=endpoint_gpus)
 
 
+def endpoint_label(e: Endpoint) -> str:
+    """How comparisons name an endpoint: its name and its variant's quantization. Expects the
+    variant selected."""
+    return e.name if not e.variant else f"{e.name} ({e.variant.get_quantization_display()})"
+
+
 def run_series(run: Run) -> list[dict]:
     from benchmarks.compare import fingerprint
 
@@ -189,7 +197,7 @@ def run_series(run: Run) -> list[dict]:
         if e.id not in by_endpoint:
             gpu, count = endpoint_gpu(e)
             by_endpoint[e.id] = {
-                "label": e.name if not e.variant else f"{e.name} ({e.variant.get_quantization_display()})",
+                "label": endpoint_label(e),
                 "kind": "measured", "url": run.get_absolute_url(), "run": str(run), "backend": e.backend,
                 "quantization": e.variant.quantization if e.variant else None, "gpu": gpu, "gpu_count": count,
                 "fingerprint": fingerprint(prompt_tokens=run.prompt_tokens, output_tokens=run.output_tokens,
@@ -215,6 +223,43 @@ def report_series(report) -> dict:
                                        load_mode="rate" if data.rate_mode else "concurrency",
                                        gpu=report.gpu or data.gpu, gpu_count=1),
             "levels": data.points()}
+
+
+def run_quality_entries(run: Run, rows: list[QualityMeasurement] | None = None, *,
+                        hide_addresses: bool = False) -> list[dict]:
+    """A run's quality step as comparison entries (see compare.py), one per endpoint it measured
+    or tried to: its figures as a QualityPoint (the base model its variant's, the reference named
+    as the comparison names that endpoint), or why it could not be measured. `rows`: the run's
+    QualityMeasurements with their endpoints' variants and models, when already read."""
+    if rows is None:
+        rows = list(run.quality_results.select_related("endpoint__variant__model").order_by("endpoint__name"))
+    if not rows:
+        return []
+    reference = run.quality_reference
+    blank = address_hider(run.endpoints.all(), hide_addresses)
+    entries = []
+    # The reference first: what the others' figures are read against.
+    for row in sorted(rows, key=lambda row: row.endpoint_id != run.quality_reference_id):
+        e, result = row.endpoint, row.figures
+        label = endpoint_label(e)
+        point = None
+        if result is not None:
+            point = QualityPoint.measured(result, label=label, model=e.variant.model.name if e.variant else None,
+                                          reference=endpoint_label(reference) if reference else None)
+            point = replace(point, note=blank(point.note))
+        entries.append({"label": label, "kind": "measured", "url": run.get_absolute_url(), "quality": point,
+                        "error": blank(row.error), "is_reference": e.id == run.quality_reference_id})
+    return entries
+
+
+def report_quality_entries(report) -> list[dict]:
+    """The quality figures an imported or published report states, as a comparison entry."""
+    data = report.data
+    if data.quality is None:
+        return []
+    kind = "published" if report.kind == "published" else "imported"
+    return [{"label": report.title, "kind": kind, "url": report.get_absolute_url(), "error": "",
+             "is_reference": False, "quality": data.quality.point(label=report.title, kind=kind, model=data.model)}]
 
 
 def report_rows(report) -> list[dict]:
@@ -391,11 +436,35 @@ def decision_by_public_id(public_id: str) -> Decision:
     return by_public_id(Decision.objects.select_related("owner"), public_id)
 
 
-def comparison_series(comparison) -> list[dict]:
+def comparison_members(comparison) -> tuple[list[Run], list[ImportedReport]]:
+    """Its runs and reports, oldest first: read once for a page of both series and quality."""
+    return (list(comparison.runs.select_related("quality_reference__variant").order_by("created")),
+            list(comparison.reports.order_by("created")))
+
+
+def comparison_series(comparison, members: tuple | None = None) -> list[dict]:
     """Measured series first (each run's endpoints), then imported and published reports."""
+    runs, reports = members or comparison_members(comparison)
     series = []
-    for run in comparison.runs.order_by("created"):
+    for run in runs:
         series += run_series(run)
-    for report in comparison.reports.order_by("created"):
+    for report in reports:
         series.append(report_series(report))
     return series
+
+
+def comparison_quality(comparison, members: tuple | None = None, *, hide_addresses: bool = False) -> list[dict]:
+    """Quality entries in the order of comparison_series: measured runs first, then reports;
+    every run's quality rows in one query."""
+    runs, reports = members or comparison_members(comparison)
+    rows: dict[int, list[QualityMeasurement]] = {run.id: [] for run in runs}
+    if runs:
+        for row in (QualityMeasurement.objects.filter(run__in=runs).select_related("endpoint__variant__model")
+                    .order_by("endpoint__name")):
+            rows[row.run_id].append(row)
+    entries = []
+    for run in runs:
+        entries += run_quality_entries(run, rows[run.id], hide_addresses=hide_addresses)
+    for report in reports:
+        entries += report_quality_entries(report)
+    return entries

@@ -32,4 +32,5 @@ urlpatterns = [
     path("compare/", views.comparison_new, name="comparison-new"),
     path("c/<public_id:public_id>/", views.comparison_detail, name="comparison-detail"),
     path("c/<public_id:public_id>/throughput.<str:fmt>", views.comparison_chart, name="comparison-chart"),
+    path("c/<public_id:public_id>/quality.csv", views.comparison_quality_csv, name="comparison-quality-csv"),
 ]

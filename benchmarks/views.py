@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from benchmarks import charts, selectors, services
-from benchmarks.compare import differences, ratio_sentences
+from benchmarks.compare import differences, quality_csv, quality_sentences, quality_table, ratio_sentences
 from benchmarks.decorators import hides_addresses, permalink
 from benchmarks.engine import catalogue
 from benchmarks.engine.metrics import request_value
@@ -220,7 +220,9 @@ def import_new(request):
 def import_detail(request, public_id: str):
     report = selectors.report_by_public_id(public_id)
     return render(request, "benchmarks/import_detail.html", {
-        "report": report, "rows": selectors.report_rows(report), "data": report.data})
+        "report": report, "rows": selectors.report_rows(report), "data": report.data,
+        "quality": quality_table(selectors.report_quality_entries(report)),
+        "quality_figures": catalogue.COMPARISON_QUALITY})
 
 
 # ---------------------------------------------------------------- comparisons
@@ -238,10 +240,14 @@ def comparison_new(request):
 @permalink
 def comparison_detail(request, public_id: str):
     comparison = selectors.comparison_by_public_id(public_id)
-    series = selectors.comparison_series(comparison)
+    members = selectors.comparison_members(comparison)
+    series = selectors.comparison_series(comparison, members)
+    quality = selectors.comparison_quality(comparison, members, hide_addresses=hides_addresses(request))
     return render(request, "benchmarks/comparison_detail.html", {
         "comparison": comparison, "series": series, "warnings": differences(series),
-        "ratios": ratio_sentences(series), "figures": catalogue.COMPARISON_TABLE})
+        "ratios": ratio_sentences(series), "figures": catalogue.COMPARISON_TABLE,
+        "quality": quality_table(quality), "quality_sentences": quality_sentences(quality),
+        "quality_figures": catalogue.COMPARISON_QUALITY})
 
 
 @permalink
@@ -250,6 +256,15 @@ def comparison_chart(request, public_id: str, fmt: str):
     comparison = selectors.comparison_by_public_id(public_id)
     fig = charts.throughput_figure(selectors.comparison_series(comparison))
     return _figure_response(fig, fmt, f"comparison-{comparison.public_id}")
+
+
+@permalink
+def comparison_quality_csv(request, public_id: str):
+    comparison = selectors.comparison_by_public_id(public_id)
+    quality = selectors.comparison_quality(comparison, hide_addresses=hides_addresses(request))
+    if not quality:
+        raise Http404("Nothing in this comparison measured or states quality.")
+    return _csv_response(quality_csv(quality), f"comparison-{comparison.public_id}-quality.csv")
 
 
 @permalink

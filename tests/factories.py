@@ -4,16 +4,19 @@ import asyncio
 import atexit
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 from django.contrib.auth import get_user_model
 
 from benchmarks.decisions import services as decision_services
 from benchmarks.decisions.forms import DecisionForm
 from benchmarks.engine import gpu as engine_gpu
+from benchmarks.engine import quality as quality_engine
 from benchmarks.engine.client import Load, Session, Target, Timeouts, Workload
 from benchmarks.engine.gpu import GpuSample
 from benchmarks.engine.observe import GpuTelemetry, measure_observed
+from benchmarks.engine.quality import EvalText, QualityResult
 from benchmarks.engine.simulator import SimConfig, SimulatorProcess
-from benchmarks.models import Endpoint, Host, Model, Run, Variant
+from benchmarks.models import Endpoint, Host, Model, QualityMeasurement, Run, Variant
 from benchmarks.services import level_store
 
 
@@ -25,9 +28,9 @@ def user(username="alice", staff=False):
 
 
 def endpoint(url="http://127.0.0.1:9", name="sim", backend="vllm", host="lab-1", model_name="",
-             quantization="fp8_e4m3", api_key=""):
+             quantization="fp8_e4m3", api_key="", model="DeepSeek-R1-Distill-Qwen-7B"):
     h, _ = Host.objects.get_or_create(name=host)
-    m, _ = Model.objects.get_or_create(name="DeepSeek-R1-Distill-Qwen-7B",
+    m, _ = Model.objects.get_or_create(name=model,
                                        defaults=dict(params_b=7.6, layers=28, kv_heads=4, head_dim=128))
     v, _ = Variant.objects.get_or_create(model=m, name=quantization, defaults={"quantization": quantization})
     return Endpoint.objects.create(name=name, host=h, backend=backend, base_url=url, model_name=model_name,
@@ -140,3 +143,76 @@ def decide(inputs: dict, owner=None):
 def advice(inputs: dict) -> dict:
     """The advisor's answer for these inputs, as /api/decide computes it; nothing saved."""
     return decision_services.decision_compute(specs=decision_form(inputs).specs)
+
+
+# Real quality results for comparisons and decisions: the engine's quality step (measure_reference,
+# then measure) against simulators whose known model is as sharp as asked (a sharper or flatter
+# model stands for a variant further from the reference), one simulator per sharpness.
+QUALITY_WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
+                 "sigma tau upsilon phi chi psi omega").split()
+QUALITY_TEXT = EvalText("greek", " ".join(QUALITY_WORDS[(i * 7) % len(QUALITY_WORDS)] for i in range(300)))
+_QUALITY_SIMULATORS: dict[float, object] = {}
+
+
+def _quality_simulator(sharpness: float):
+    if sharpness not in _QUALITY_SIMULATORS:
+        sim = SimulatorProcess(SimConfig(dialect="vllm", sharpness=sharpness)).__enter__()
+        atexit.register(sim.__exit__, None, None, None)
+        _QUALITY_SIMULATORS[sharpness] = sim
+    return _QUALITY_SIMULATORS[sharpness]
+
+
+def quality_results(sharpness: dict[str, float], *, reference: str | None = None, text: EvalText = QUALITY_TEXT,
+                    n_ctx: int = 32, chunks: int = 2) -> dict[str, QualityResult]:
+    """{name: QualityResult} as the engine measures each name's simulator on `text`; against
+    `reference` (one of the names, scored once) for the others when given."""
+    async def measure_all():
+        async with httpx.AsyncClient(timeout=30) as client:
+            scores = None
+            if reference is not None:
+                scores = await quality_engine.measure_reference(
+                    client, _quality_simulator(sharpness[reference]).url, "vllm", text, name=reference,
+                    n_ctx=n_ctx, chunks=chunks)
+            out = {}
+            for name, sharp in sharpness.items():
+                if name == reference:
+                    out[name] = scores.result
+                else:
+                    out[name] = await quality_engine.measure(client, _quality_simulator(sharp).url, "vllm", text,
+                                                             n_ctx=n_ctx, chunks=chunks, reference=scores)
+            return out
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, measure_all()).result()
+
+
+def quality_measured(run, results: dict, endpoints: dict):
+    """Store each QualityResult of `results` as the quality step of `endpoints[name]` in `run`."""
+    for name, result in results.items():
+        QualityMeasurement.objects.create(run=run, endpoint=endpoints[name], result=result.to_dict())
+
+
+# name -> (backend, quantization) of the endpoints quality_run makes.
+QUALITY_VARIANTS = {"fp16": ("vllm", "fp16"), "fp8": ("vllm", "fp8_e4m3"), "q4": ("llamacpp", "gguf_q4_k_m"),
+                    "awq": ("vllm", "awq")}
+
+
+def quality_run(sharpness=(("fp16", 0.05), ("fp8", 0.055), ("q4", 0.1)), *, errors=None, model=None, prefix="",
+                owner=None):
+    """A finished run of real engine output: speed levels on the simulator, and a quality step of
+    each endpoint (the first the reference) stored as the run stores it. `sharpness`: (name, the
+    known model's sharpness) per endpoint, named as QUALITY_VARIANTS; `errors`: name -> why that
+    endpoint's quality step failed."""
+    sharpness, errors = dict(sharpness), errors or {}
+    endpoints = {}
+    for name in sharpness:
+        backend, quantization = QUALITY_VARIANTS[name]
+        endpoints[name] = endpoint(name=prefix + name, backend=backend, quantization=quantization,
+                                   **({"model": model} if model else {}))
+    reference = next(iter(sharpness))
+    run = measured_run(list(endpoints.values()), levels=(1,), requests=3, owner=owner, quality=True,
+                       quality_reference=endpoints[reference])
+    results = quality_results(sharpness, reference=reference)
+    quality_measured(run, {n: r for n, r in results.items() if n not in errors}, endpoints)
+    for name, error in errors.items():
+        QualityMeasurement.objects.create(run=run, endpoint=endpoints[name], error=error)
+    return run, results

@@ -1,12 +1,14 @@
 """Results in a real browser: charts draw without JavaScript errors, CSV downloads, permalinks
 open logged out, an imported vLLM JSON shows up in a comparison."""
+import os
 from pathlib import Path
 
 import pytest
 
-from benchmarks.services import published_reports_load
-from factories import endpoint, gpu_samples, measured_run
-from conftest import log_in
+from benchmarks.models import ImportedReport
+from benchmarks.services import comparison_create, published_reports_load
+from factories import endpoint, gpu_samples, measured_run, quality_run
+from conftest import log_in, watched
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 DATA = Path(__file__).parent / "data" / "imports"
@@ -58,3 +60,28 @@ def test_an_imported_vllm_result_shows_up_in_a_comparison(page, live_server):
     other = page.context.browser.new_context().new_page()
     other.goto(permalink)
     assert "vLLM FP8 from bench serve" in other.locator("#series").inner_text()
+
+
+def test_a_comparison_with_its_quality_table_fits_a_1366_pixel_screen(browser, live_server):
+    published_reports_load()
+    run, _ = quality_run((("fp16", 0.05), ("fp8", 0.055), ("q4", 0.1), ("awq", 0.07)))
+    reports = ImportedReport.objects.filter(kind="published")
+    comparison = comparison_create(owner=None, runs=[run], reports=list(reports), title="Quality at 1366 px")
+    page = watched(browser.new_page(viewport={"width": 1366, "height": 900}))
+    page.goto(live_server.url + comparison.get_absolute_url())
+    page.wait_for_selector("#quality")
+    assert page.locator("#quality tbody tr").count() == 4 + 2  # four endpoints, two published perplexities
+    assert page.locator("#quality-ratios li.not-compared").count() >= 1
+    page.wait_for_function("() => document.querySelector('.chart').dataset.drawn === 'true'")
+    widths = page.evaluate("""() => ({page: document.documentElement.scrollWidth,
+        screen: document.documentElement.clientWidth,
+        table: document.querySelector('#quality').getBoundingClientRect().right,
+        box: document.querySelector('#quality').parentElement.getBoundingClientRect().right,
+        scrolls: document.querySelector('#quality').parentElement.scrollWidth >
+                 document.querySelector('#quality').parentElement.clientWidth})""")
+    assert widths["page"] <= widths["screen"], widths  # no sideways scrolling of the page
+    assert widths["table"] <= widths["box"] and not widths["scrolls"], widths  # the whole table in view
+    if os.environ.get("COMPARISON_SCREENSHOT"):  # e.g. /tmp/comparison.png; the quality table beside it
+        page.screenshot(path=os.environ["COMPARISON_SCREENSHOT"], full_page=True)
+        page.locator("#quality").screenshot(path=os.environ["COMPARISON_SCREENSHOT"].replace(".png", "-quality.png"))
+    assert page.js_errors == []

@@ -33,7 +33,8 @@ class Metric:
     summary: str  # DISTRIBUTION (count, mean, min, max, p50/p90/p99 over requests) or SCALAR
     digits: int = 1  # decimals shown
     scale: float = 1.0  # stored value x scale = the value in `unit` (a share stored 0-1, shown in %)
-    phrase: str = ""  # a comparison's verb: "{winner} decodes {ratio} faster than {loser}"
+    phrase: str = ""  # a comparison's verb: "{winner} decodes {ratio} faster than {loser}" ({ratio}: "1.75×";
+    # a quality figure's: its difference from the winner's, "2.1 %", or in points for a share)
     quoted: str = ""  # how a sentence quotes a value: "56.0 tok/s per stream"
     needs: str = ""  # the run page shows it only for runs with this: "chat" (reasoning) or "slo"
     source: str = "requests"  # computed from: "requests" (the client), "gpu" (NVML) or "quality" 
@@ -92,21 +93,23 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("perplexity", "Perplexity", "Perplexity on the evaluation text", "",
            "exp(mean negative log-likelihood of each actual next token), over the scored half of "
            "every window (llama-perplexity's windows: -c N --chunks M); ± its standard error.",
-           LOWER, SCALAR, 3, phrase="{winner}'s perplexity is {ratio} lower than {loser}'s",
-           source="quality"),
+           LOWER, SCALAR, 3, phrase="{loser}'s perplexity is {ratio} above {winner}'s", source="quality"),
     Metric("kl_mean", "KL divergence", "Mean KL divergence from the reference", "nats",
            "KL(reference || endpoint) of the next-token distributions, summed over the reference's "
            "top-k tokens plus one bucket for the rest of the vocabulary (a lower bound of the full "
-           "KL), averaged over the scored positions.", LOWER, SCALAR, 4, source="quality"),
+           "KL), averaged over the scored positions.", LOWER, SCALAR, 4,
+           phrase="{loser}'s KL divergence from the reference is {ratio} above {winner}'s", source="quality"),
     Metric("kl_p99", "KL p99", "99th percentile of the KL divergence", "nats",
            "The per-position KL divergence (as above) that 99 % of positions stay under.",
            LOWER, SCALAR, 4, source="quality"),
     Metric("same_top_share", "Same top token", "Same top token as the reference", "%",
            "Share of scored positions where the endpoint's most likely next token is the reference's.",
-           HIGHER, SCALAR, 1, scale=100.0, source="quality"),
+           HIGHER, SCALAR, 1, scale=100.0,
+           phrase="{loser}'s share of the reference's top token is {ratio} below {winner}'s", source="quality"),
     Metric("greedy_identical_share", "Greedy agreement", "Identical greedy continuation tokens", "%",
            "Same prompts, temperature 0: share of generated tokens identical to the reference's at "
-           "the same position.", HIGHER, SCALAR, 1, scale=100.0, source="quality"),
+           "the same position.", HIGHER, SCALAR, 1, scale=100.0,
+           phrase="{loser}'s greedy agreement with the reference is {ratio} below {winner}'s", source="quality"),
     Metric("quality_tok_s", "Scoring speed", "Tokens scored per second", "tok/s",
            "Positions scored / wall time of the perplexity pass through the endpoint.",
            HIGHER, SCALAR, 1, source="quality"),
@@ -213,6 +216,13 @@ ADVISOR_FIGURES = (Figure("ttft_ms", "p50"), Figure("ttft_ms", "p90"), Figure("t
                    Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("peak_memory_gib"))
 # The requests CSV: each request's value of these per-request metrics, after its stored fields.
 REQUEST_CSV = ("ttft_ms", "tpot_ms", "e2e_ms", "server_decode_tok_s")
+# A comparison's quality table (and its CSV), and what its quality sentences compare.
+COMPARISON_QUALITY = (Figure("perplexity"), Figure("kl_mean"), Figure("kl_p99"), Figure("same_top_share"),
+                      Figure("greedy_identical_share"))
+QUALITY_COMPARED = (Figure("perplexity"), Figure("kl_mean"), Figure("same_top_share"),
+                    Figure("greedy_identical_share"))
+# What the advisor reads of a candidate's quality (advisor.specs.QualityEvidence has one field per name).
+ADVISOR_QUALITY = COMPARISON_QUALITY
 
 
 

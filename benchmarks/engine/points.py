@@ -1,5 +1,7 @@
 """A comparison and advisor point: one load level's headline figures (`catalogue.POINT_FIGURES`),
-whether they were measured here or read from an imported report. Django-free.
+whether they were measured here or read from an imported report; and a quality point: one
+series' quality figures, with the text, windows and reference that say which of them compare.
+Django-free.
 
 Charts, the comparison page (its table and sentences) and the advisor's evidence all read
 points; they are built only by the two readers below, one per stored shape they come from (a
@@ -9,11 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .catalogue import POINT_FIGURES, Figure
+from .catalogue import METRICS, POINT_FIGURES, Figure
 from .gpu import GpuSummary
 from .metrics import LevelSummary
+from .quality import QualityResult
 
 NAMES = tuple(f.name for f in POINT_FIGURES)
+QUALITY_NAMES = tuple(m.key for m in METRICS.values() if m.source == "quality")
 
 
 @dataclass(frozen=True)
@@ -64,3 +68,97 @@ def stated(values: dict, f: Figure) -> float | None:
     if value is None and f.stat == "p50" and set(values.get(f.key) or ()) == {"mean"}:
         value = Figure(f.key, "mean").read(values)
     return value
+
+
+# Quality figures measured against a reference endpoint: comparable only against the same one.
+AGAINST_REFERENCE = ("kl_mean", "kl_p99", "same_top_share", "greedy_identical_share")
+
+
+@dataclass(frozen=True)
+class QualityPoint:
+    """The quality figures of one series (an endpoint's quality step in a run, or what a report
+    states) with what they are figures of: the base model, the evaluation text, the windows and
+    the reference. Built by the two readers below, as `Point` is."""
+
+    label: str
+    kind: str = "measured"  # "measured" | "published" | "imported"
+    figures: dict = field(default_factory=dict)  # catalogue key (source "quality") -> value, None: not there
+    perplexity_stderr: float | None = None
+    model: str | None = None  # the base model; None: not known
+    text: dict | None = None  # {"name", "sha256", "tokens"}; None: not stated
+    windows: dict | None = None  # {"n_ctx", "windows"}; None: not stated
+    top_k: int | None = None
+    reference: str | None = None  # what the KL and agreement figures are against
+    note: str = ""
+
+    def __post_init__(self):
+        unknown = set(self.figures) - set(QUALITY_NAMES)
+        if unknown:
+            raise ValueError(f"not quality figures: {', '.join(sorted(unknown))}; see the catalogue's quality metrics")
+
+    def get(self, f: Figure | str) -> float | None:
+        value = self.figures.get(f if isinstance(f, str) else f.name)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    @property
+    def text_words(self) -> str:
+        if not self.text:
+            return "not stated"
+        tokens = f", {self.text['tokens']:,} tokens" if self.text.get("tokens") else ""
+        return f"{self.text['name']} (sha256 {self.text['sha256'][:12]}{tokens})"
+
+    @property
+    def windows_words(self) -> str:
+        """As llama-perplexity takes them: "-c 512 --chunks 16"."""
+        return f"-c {self.windows['n_ctx']} --chunks {self.windows['windows']}" if self.windows else "not stated"
+
+    @classmethod
+    def measured(cls, result: QualityResult, *, label: str, model: str | None = None,
+                 reference: str | None = None) -> "QualityPoint":
+        """An endpoint's quality step, read from its stored result (QualityResult.value, the one
+        reader of each figure); `reference` names what its KL and agreement figures are against
+        (by default the name the result gives it)."""
+        settings = result.settings or {}
+        if result.reference:
+            reference = reference or result.reference.get("name")
+        return cls(label=label, kind="measured", figures={k: result.value(k) for k in QUALITY_NAMES},
+                   perplexity_stderr=result.perplexity_stderr, model=model,
+                   text={k: result.text.get(k) for k in ("name", "sha256", "tokens")},
+                   windows={"n_ctx": settings.get("n_ctx"), "windows": settings.get("windows")},
+                   top_k=settings.get("top_k"), reference=reference if result.reference else None,
+                   note=f"Not compared with the reference: {result.reference_refused}."
+                   if result.reference_refused else "")
+
+    @classmethod
+    def stated(cls, values: dict, *, label: str, kind: str, model: str | None = None, text: dict | None = None,
+               windows: dict | None = None, reference: str | None = None, note: str = "") -> "QualityPoint":
+        """What a report states: `values` by catalogue key, holding only what it states; its
+        text and windows None where it does not say them."""
+        return cls(label=label, kind=kind, figures={k: values.get(k) for k in QUALITY_NAMES}, model=model,
+                   text=text, windows=windows, reference=reference, note=note)
+
+
+def not_comparable(a: QualityPoint, b: QualityPoint, key: str) -> str:
+    """Why quality figure `key` of `a` and `b` cannot be compared, in words; "" when it can. Only
+    on the same evaluation text (its sha256) in the same windows, of the same base model (one
+    tokenizer), and a figure against a reference only against the same one, the KL divergence
+    over the same top-k."""
+    unstated = [p.label for p in (a, b) if not p.text]
+    if unstated:
+        return f"the evaluation text of {' and of '.join(unstated)} is not stated"
+    if a.text["sha256"] != b.text["sha256"]:
+        return f"they were measured on different texts ({a.text_words} vs {b.text_words})"
+    unstated = [p.label for p in (a, b) if not p.windows]
+    if unstated:
+        return f"the windows of {' and of '.join(unstated)} are not stated"
+    if a.windows != b.windows:
+        return f"they were scored in different windows ({a.windows_words} vs {b.windows_words})"
+    if a.model and b.model and a.model.strip().lower() != b.model.strip().lower():
+        return (f"they are different base models ({a.model} vs {b.model}), whose tokenizers cut the text "
+                "differently")
+    if key in AGAINST_REFERENCE:
+        if a.reference != b.reference:
+            return f"they are against different references ({a.reference or 'none'} vs {b.reference or 'none'})"
+        if key.startswith("kl_") and a.top_k != b.top_k:
+            return f"their KL divergences are over different top-k ({a.top_k} vs {b.top_k} tokens)"
+    return ""

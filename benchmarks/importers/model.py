@@ -11,13 +11,14 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..engine.catalogue import DISTRIBUTION, METRICS
-from ..engine.points import Point
+from ..engine.points import QUALITY_NAMES, Point, QualityPoint
 
 KINDS = ("vllm-bench-serve", "guidellm", "llama-bench", "published")
-# 2: figures under the catalogue's keys and shapes (decode_tok_s and prefill_tok_s a dict of the
-# stated statistics, aggregate_tok_s); 1: decode_tok_s_per_stream, aggregate_output_tok_s and a
-# plain prefill_tok_s number.
-SCHEMA_VERSION = 2
+# 3: an optional "quality" (StatedQuality: the report's stated quality figures); 2: figures
+# under the catalogue's keys and shapes (decode_tok_s and prefill_tok_s a dict of the stated
+# statistics, aggregate_tok_s); 1: decode_tok_s_per_stream, aggregate_output_tok_s and a plain
+# prefill_tok_s number.
+SCHEMA_VERSION = 3
 
 # Latency dicts use these keys where the source states them (any other stated percentile,
 # e.g. "p95" or "p99.9", is kept under its own "pNN" key).
@@ -106,6 +107,37 @@ def _level_v1(data: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 @dataclass
+class StatedQuality:
+    """Quality figures a report states (the write-up's perplexity), under the catalogue's keys,
+    with what it says of how they were measured: the evaluation text ({"name", "sha256"}) and
+    the windows ({"n_ctx", "windows"}) where stated, else None, which keeps them from being
+    compared with anything."""
+
+    figures: dict[str, float] = field(default_factory=dict)
+    text: dict[str, Any] | None = None
+    windows: dict[str, int] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def point(self, *, label: str, kind: str, model: str | None) -> QualityPoint:
+        return QualityPoint.stated(self.figures, label=label, kind=kind, model=model, text=self.text,
+                                   windows=self.windows, note=" ".join(self.notes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "StatedQuality":
+        if not isinstance(data, dict):
+            raise ReportFormatError("stored report: 'quality' must be an object")
+        figures = dict(data.get("figures") or {})
+        unknown = set(figures) - set(QUALITY_NAMES)
+        if unknown:
+            raise ReportFormatError(f"stored report: not quality figures: {', '.join(sorted(unknown))}")
+        return cls(figures=figures, text=data.get("text"), windows=data.get("windows"),
+                   notes=list(data.get("notes") or []))
+
+
+@dataclass
 class ImportedReport:
     """A whole imported file (or a published write-up): where it came from plus its levels.
 
@@ -124,6 +156,7 @@ class ImportedReport:
     levels: list[ImportedLevel] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     raw_meta: dict[str, Any] = field(default_factory=dict)
+    quality: StatedQuality | None = None  # the quality figures it states, if any
 
     @property
     def rate_mode(self) -> bool:
@@ -158,4 +191,5 @@ class ImportedReport:
             levels=[ImportedLevel.from_dict(lv, version, data["kind"]) for lv in levels],
             notes=list(data.get("notes") or []),
             raw_meta=dict(data.get("raw_meta") or {}),
+            quality=StatedQuality.from_dict(data["quality"]) if data.get("quality") else None,
         )

@@ -6,13 +6,27 @@ Only what the post states is filled in: TTFT, ITL, E2E and absolute prefill were
 """
 from __future__ import annotations
 
-from .model import ImportedLevel, ImportedReport
+from .model import ImportedLevel, ImportedReport, StatedQuality
 
 GPU = "Tesla V100-PCIE-16GB"
 MODEL = "DeepSeek-R1-Distill-Qwen-7B"
 PROMPT_TOKENS = 512.0
 OUTPUT_TOKENS = 100.0
 TOOL_LABEL = "Published write-up (V100 blog post)"
+# The post's perplexities: one figure per variant, without the evaluation text, its windows or
+# the tool, so they compare with nothing (not even with each other: nothing says the text was
+# the same). Keyed by the variant's quantization as the inventory names it (models.Variant).
+PERPLEXITY = {"fp8_e4m3": 6.15, "gguf_q4_k_m": 6.28}
+QUALITY_LABEL = "published, not measured here; evaluation text not stated"
+
+
+def published_quality(quantization: str) -> StatedQuality | None:
+    """The write-up's quality figures for this variant, labelled; None where it published none."""
+    if quantization not in PERPLEXITY:
+        return None
+    return StatedQuality(figures={"perplexity": PERPLEXITY[quantization]}, text=None, windows=None,
+                         notes=[f"Perplexity {PERPLEXITY[quantization]}: {QUALITY_LABEL} (nor its windows "
+                                "or tool)."])
 
 _COMMON_NOTES = [
     "Published figures from a blog post, not measured here.",
@@ -65,12 +79,13 @@ def v100_writeup_reports() -> list[ImportedReport]:
         notes=[*_COMMON_NOTES,
                "vLLM 0.6.x in Docker (CUDA 12.4 PyTorch image): " + vllm_flags + "; FP8 (E4M3) "
                "weights converted offline (~20 min).",
-               "Also published: weights ~7 GB, peak GPU memory 9.5 GB, perplexity 6.15, context "
+               f"Also published: weights ~7 GB, peak GPU memory 9.5 GB, perplexity {PERPLEXITY['fp8_e4m3']}, context "
                "'tight'; --tensor-parallel-size 2 across the two PCIe cards gave ~24 tok/s decode "
                "(slower than one card: all-reduce over PCIe).",
                _UPSTREAM_REFUSES],
         raw_meta={**_RAW, "engine": "vLLM 0.6.x", "quantization": "FP8 (E4M3)",
-                  "flags": vllm_flags})
+                  "flags": vllm_flags},
+        quality=published_quality("fp8_e4m3"))
     llama_flags = "llama-server -m ...Q4_K_M.gguf -c 8192 --parallel 8 -ngl 99"
     q4 = ImportedReport(
         kind="published", tool_label=TOOL_LABEL,
@@ -80,13 +95,14 @@ def v100_writeup_reports() -> list[ImportedReport]:
         notes=[*_COMMON_NOTES,
                "llama.cpp built with -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=70; " + llama_flags
                + ".",
-               "Also published: weights 4.3 GB, peak GPU memory < 6.5 GB, perplexity 6.28, 32K "
+               f"Also published: weights 4.3 GB, peak GPU memory < 6.5 GB, perplexity {PERPLEXITY['gguf_q4_k_m']}, 32K "
                "context works; without CMAKE_CUDA_ARCHITECTURES=70 start-up took ~15 s longer "
                "(PTX JIT); without -ngl 99 speed roughly halves.",
                "A hot GPU logged correctable ECC errors and decode fell under 30 tok/s until it "
                "cooled."],
         raw_meta={**_RAW, "engine": "llama.cpp (CUDA, sm_70 build)", "quantization": "GGUF Q4_K_M",
-                  "flags": llama_flags})
+                  "flags": llama_flags},
+        quality=published_quality("gguf_q4_k_m"))
     awq = ImportedReport(
         kind="published", tool_label=TOOL_LABEL,
         title=f"V100 write-up (published): vLLM AWQ — {MODEL}",
