@@ -6,8 +6,9 @@ from django.conf import settings
 
 from benchmarks import selectors
 from benchmarks.engine import backends
+from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
-from benchmarks.models import Endpoint, ImportedReport, Run, Variant
+from benchmarks.models import Endpoint, EvaluationText, ImportedReport, Run, Variant
 
 
 def storable_text(value: str) -> None:
@@ -30,6 +31,25 @@ class EndpointChoiceField(forms.ModelMultipleChoiceField):
     def label_from_instance(self, obj: Endpoint) -> str:
         variant = f" · {obj.variant}" if obj.variant_id else ""
         return f"{obj.name} ({obj.get_backend_display()} on {obj.host}){variant}"
+
+
+class EvaluationTextChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: EvaluationText) -> str:  # the text itself stays unread
+        return f"{obj.name} · sha256 {obj.sha256[:12]} · {obj.created:%Y-%m-%d}"
+
+
+class ReferenceChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Endpoint) -> str:
+        return EndpointChoiceField.label_from_instance(self, obj)
+
+
+# Bounds on the quality step: a window as llama-perplexity's -c, windows as its --chunks, and the
+# positions one endpoint scores (teacher forcing sends one request per position).
+QUALITY_CTX = (16, 8192)
+QUALITY_WINDOWS = (1, 1000)
+QUALITY_MAX_POSITIONS = 200_000
+QUALITY_FIELDS = ("quality", "quality_text", "quality_text_file", "quality_text_name", "quality_reference",
+                  "quality_ctx", "quality_chunks")
 
 
 class RunForm(forms.Form):
@@ -63,10 +83,39 @@ class RunForm(forms.Form):
                                          help_text="Sent before measuring; never part of a result.")
     seed = forms.IntegerField(required=False, min_value=0, max_value=2**63 - 1,
                               help_text="Optional: makes the random prompts repeatable.")
+    # The quality step (engine/quality.py), after the load levels.
+    quality = forms.BooleanField(required=False, label="Measure quality",
+                                 help_text="After the load levels: each endpoint's perplexity on one text and, "
+                                           "against the reference, KL divergence and agreement.")
+    quality_text = EvaluationTextChoiceField(
+        queryset=EvaluationText.objects.none(), required=False, label="Evaluation text",
+        empty_label="built-in: Python's documentation (pydoc topics)",
+        error_messages={"invalid_choice": "That evaluation text does not exist (any more)."})
+    quality_text_file = forms.FileField(required=False, label="…or upload a text",
+                                        help_text="A UTF-8 text file; the same text uploaded again is reused.")
+    quality_text_name = TextField(max_length=200, required=False, label="Name of the uploaded text",
+                                  help_text="Blank: the file's name.")
+    quality_reference = ReferenceChoiceField(
+        queryset=Endpoint.objects.none(), required=False, label="Reference endpoint",
+        empty_label="none: perplexity only",
+        help_text="One of the chosen endpoints, the same base model at higher precision (e.g. FP16 or Q8_0); "
+                  "the others are compared with it.",
+        error_messages={"invalid_choice": "Choose a registered, enabled endpoint as the reference."})
+    quality_ctx = forms.IntegerField(required=False, initial=quality_engine.DEFAULT_CTX, min_value=QUALITY_CTX[0],
+                                     max_value=QUALITY_CTX[1], label="Quality window (tokens)",
+                                     help_text="llama-perplexity's -c: the second half of each window is scored.")
+    quality_chunks = forms.IntegerField(required=False, initial=quality_engine.DEFAULT_CHUNKS, min_value=QUALITY_WINDOWS[0],
+                                        max_value=QUALITY_WINDOWS[1], label="Quality windows",
+                                        help_text="llama-perplexity's --chunks: at most this many windows of the text.")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, upload_refused: str = "", **kwargs):
+        """`upload_refused`: why the upload handler stopped receiving the file (uploads.py)."""
         super().__init__(*args, **kwargs)
+        self.upload_refused = upload_refused
         self.fields["endpoints"].queryset = selectors.endpoints_for_runs()
+        self.fields["quality_reference"].queryset = selectors.endpoints_for_runs()
+        self.fields["quality_text"].queryset = selectors.evaluation_texts()
+        self.fields["quality_text_file"].help_text += f" At most {settings.MAX_EVALUATION_TEXT_MIB} MiB."
         self.fields["prompt_tokens"].max_value = settings.MAX_TOKENS
         self.fields["prompt_tokens"].validators.append(_max(settings.MAX_TOKENS))
         self.fields["output_tokens"].validators.append(_max(settings.MAX_TOKENS))
@@ -111,6 +160,37 @@ class RunForm(forms.Form):
             raise forms.ValidationError("At most 20 request rates per run.")
         return sorted(set(rates))
 
+    @property
+    def workload_fields(self):
+        return [f for f in self if f.name not in QUALITY_FIELDS]
+
+    @property
+    def quality_fields(self):
+        return [self[name] for name in QUALITY_FIELDS]
+
+    def clean_quality_text_file(self) -> dict | None:
+        """The uploaded text as {"name", "text"}: UTF-8, not empty, within MAX_EVALUATION_TEXT_MIB."""
+        f = self.cleaned_data.get("quality_text_file")
+        if not f:
+            return None
+        limit = settings.MAX_EVALUATION_TEXT_MIB * 1024 * 1024
+        if f.size > limit:
+            raise forms.ValidationError(f"{f.name} is {size_text(f.size)}; an evaluation text may be at most "
+                                        f"{settings.MAX_EVALUATION_TEXT_MIB} MiB.")
+        data = f.read()
+        try:
+            text = data.decode("utf-8")  # strict, and nothing stripped: the sha256 is the file's own
+        except UnicodeDecodeError as exc:
+            raise forms.ValidationError(
+                f"{f.name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at position {exc.start + 1} does not "
+                "decode); save it as UTF-8.") from None
+        if not text.strip():
+            raise forms.ValidationError(f"{f.name} is empty: an evaluation text needs words to score.")
+        if "\x00" in text:
+            raise forms.ValidationError(f"{f.name} contains a NUL character (position {text.index(chr(0)) + 1}): "
+                                        "it is not plain text.")
+        return {"name": f.name[:200], "text": text}
+
     def clean_max_concurrency(self) -> int:
         cap = self.cleaned_data.get("max_concurrency") or 0
         if cap > settings.MAX_CONCURRENCY:
@@ -119,6 +199,7 @@ class RunForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        self._clean_quality(data)
         mode = data.get("load_mode")
         if mode == "concurrency" and "concurrency_levels" in data and not data["concurrency_levels"]:
             self.add_error("concurrency_levels", "Give at least one concurrency level, e.g. 1,8.")
@@ -142,6 +223,41 @@ class RunForm(forms.Form):
                 f"Prompt plus output tokens ({prompt + output}) exceed the limit of {settings.MAX_TOKENS}.")
         return data
 
+
+    def _clean_quality(self, data) -> None:
+        """The quality step's fields as services.run_create takes them: `quality_upload` (an
+        uploaded text, {"name", "text"}) beside `quality_text` (a stored one, None = the built-in);
+        all of it dropped when the step is not asked for."""
+        upload = data.pop("quality_text_file", None)
+        name = data.pop("quality_text_name", "") or ""
+        if self.upload_refused:  # the handler stopped receiving the file at the upload limit
+            self._errors.pop("quality_text_file", None)
+            self.add_error("quality_text_file", self.upload_refused)
+        data["quality_upload"] = None
+        if not data.get("quality"):  # what the quality fields say does not matter then
+            for field in QUALITY_FIELDS:
+                self._errors.pop(field, None)
+            data.update(quality=False, quality_text=None, quality_reference=None,
+                        quality_ctx=quality_engine.DEFAULT_CTX, quality_chunks=quality_engine.DEFAULT_CHUNKS)
+            return
+        if upload and data.get("quality_text"):
+            self.add_error("quality_text_file", "Choose a stored text or upload one, not both.")
+        elif upload:
+            data["quality_upload"] = {**upload, "name": name.strip() or upload["name"]}
+        reference = data.get("quality_reference")
+        if reference is not None and "endpoints" in data and reference not in data["endpoints"]:
+            self.add_error("quality_reference", f"{reference.name} is not one of the chosen endpoints: the reference "
+                                                "must be measured in the same run. Tick it above, or choose another.")
+        if reference is not None and len(data.get("endpoints") or []) < 2 and "endpoints" in data:
+            self.add_error("quality_reference", "A reference needs at least one other endpoint to compare with.")
+        ctx = data["quality_ctx"] = data.get("quality_ctx") or quality_engine.DEFAULT_CTX
+        chunks = data["quality_chunks"] = data.get("quality_chunks") or quality_engine.DEFAULT_CHUNKS
+        if "quality_ctx" not in self.errors and "quality_chunks" not in self.errors:
+            positions = quality_engine.scored_positions(ctx, chunks)
+            if positions > QUALITY_MAX_POSITIONS:
+                self.add_error("quality_chunks", (
+                    f"{chunks} windows of {ctx} tokens score {positions:,} positions per endpoint; the limit is "
+                    f"{QUALITY_MAX_POSITIONS:,}. Use fewer or smaller windows."))
 
     def _check_run_time(self, data) -> None:
         """The run must be able to end within RUN_TIME_LIMIT_S: a rate level sends its last request

@@ -17,7 +17,7 @@ from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Target, Workload
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import LevelSummary
-from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX
+from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX, EvalText, builtin_text, scored_positions
 from benchmarks.engine.quality import QualityResult as QualityFigures
 from benchmarks.engine.server_metrics import ServerSummary
 from benchmarks.importers import ImportedReport as ParsedReport
@@ -287,6 +287,17 @@ class Run(models.Model):
                     for r in self.request_rates]
         return [Load(concurrency=c, requests=self.requests_per_level, duration_s=self.duration_s)
                 for c in self.concurrency_levels]
+
+    def evaluation_text(self) -> EvalText:
+        """The quality step's text as the engine scores it: the uploaded one, or the built-in."""
+        if self.quality_text_id:
+            return EvalText(self.quality_text.name, self.quality_text.text)
+        return builtin_text()
+
+    @property
+    def quality_positions(self) -> int:
+        """Positions the quality step scores per endpoint, when the text is long enough."""
+        return scored_positions(self.quality_ctx, self.quality_chunks) if self.quality else 0
 
     @property
     def slo(self) -> dict:

@@ -15,13 +15,13 @@ from urllib.parse import urlsplit
 from django.db.models import QuerySet
 from django.http import Http404
 
-from benchmarks.engine.catalogue import REQUEST_CSV, RESULTS_TABLE, figure
+from benchmarks.engine.catalogue import METRICS, REQUEST_CSV, RESULTS_TABLE, Figure, definitions, figure
 from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
 from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
-from benchmarks.models import (Comparison, Decision, Endpoint, ImportedReport, LevelResult, QualityMeasurement,
-                               RequestRecord, Run)
+from benchmarks.models import (Comparison, Decision, Endpoint, EvaluationText, ImportedReport, LevelResult,
+                               QualityMeasurement, RequestRecord, Run)
 
 # What a permalink answers when no row has its id: the one not-found message of each kind.
 NOT_FOUND = {Run: "No run has this link.", ImportedReport: "No report has this link.",
@@ -159,6 +159,145 @@ def endpoint_ids_by_name(names: list[str]) -> list[int]:
 
 def endpoints_for_runs() -> QuerySet[Endpoint]:
     return Endpoint.objects.filter(enabled=True).select_related("host", "variant__model")
+
+
+def evaluation_texts() -> QuerySet[EvaluationText]:
+    """The uploaded evaluation texts a run may use, without their text."""
+    return EvaluationText.objects.defer("text").order_by("name", "created")
+
+
+# ---------------------------------------------------------------- the quality step
+QUALITY_FIGURES = tuple(Figure(k) for k, m in METRICS.items() if m.source == "quality")  # catalogue order
+QUALITY_METHODS = {  # method -> (short, in words)
+    "prompt_logprobs": ("prompt logprobs", "vLLM's prompt_logprobs: the log-probability of every token of a window, "
+                                           "one request per window"),
+    "teacher_forcing": ("teacher forcing", "one request per position with the window so far as the prompt, the actual "
+                                           "next token forced (logit_bias) and its raw log-probability read with the "
+                                           "top-k (n_probs)"),
+}
+
+
+def run_definitions(run: Run) -> list:
+    """The run page's "How each number is defined": the catalogue's entries, the quality figures
+    only for a run with a quality step."""
+    return [d for d in definitions() if d.source != "quality" or run.quality]
+
+
+def run_quality(run: Run) -> list[QualityMeasurement]:
+    return list(run.quality_results.select_related("endpoint", "endpoint__variant").order_by("endpoint__name"))
+
+
+def quality_problems(run: Run) -> list[tuple[str, str]]:
+    """(endpoint name, reason) for each endpoint whose quality step gave no figures, or whose
+    comparison with the reference was refused."""
+    problems = []
+    for row in run.quality_results.select_related("endpoint").order_by("endpoint__name"):
+        if row.error:
+            problems.append((row.endpoint.name, row.error))
+        elif row.figures is not None and row.figures.reference_refused:
+            problems.append((row.endpoint.name, f"not compared with the reference: {row.figures.reference_refused}"))
+    return problems
+
+
+def _number(value: float, digits: int) -> str:
+    """A figure with the catalogue's decimals; past a million in powers of ten (a random-weight
+    model's perplexity can be 1e27), so that a table column keeps its width."""
+    return f"{value:.4g}" if abs(value) >= 1e6 else f"{value:,.{digits}f}"
+
+
+def _shown(f: Figure, value: float | None) -> str:
+    m = f.metric
+    return "—" if value is None else _number(value * m.scale, m.digits)
+
+
+def quality_section(run: Run, *, hide_addresses: bool = False) -> dict | None:
+    """The run page's Quality section: per endpoint its figures as the catalogue formats them,
+    what they were measured on (text, windows, method) and, against the reference, how the
+    comparison went; errors in words. None for a run without a quality step."""
+    if not run.quality:
+        return None
+    endpoints = list(run.endpoints.select_related("variant").order_by("name"))
+    blank = address_hider(endpoints, hide_addresses)
+    stored = {row.endpoint_id: row for row in run_quality(run)}
+    rows, texts = [], {}
+    for e in endpoints:
+        row = stored.get(e.id)
+        r = row.figures if row else None
+        entry = {"endpoint": e, "is_reference": e.id == run.quality_reference_id, "result": r,
+                 "error": blank(row.error) if row else "", "pending": row is None}
+        if r is not None:
+            digits = METRICS["perplexity"].digits
+            ref = r.reference or {}
+            greedy = ref.get("greedy") or {}
+            parts = greedy.get("first_difference") or []
+            method = QUALITY_METHODS.get(r.method, (r.method, r.method))
+            entry.update(
+                cells=[{"key": f.key, "text": _shown(f, r.value(f.key))} for f in QUALITY_FIGURES
+                       if f.key != "perplexity"],
+                perplexity=f"{_number(r.perplexity, digits)} ± {_number(r.perplexity_stderr, digits)}",
+                reference_perplexity=(_number(ref["perplexity"], digits)
+                                      if isinstance(ref.get("perplexity"), (int, float)) else ""),
+                method=method[0], method_words=method[1], windows=r.settings, comparison=ref, greedy=greedy,
+                # Where each continuation first parted from the reference's, counted from 1.
+                first_differences=[i + 1 for i in parts if i is not None],
+                missing_percent=(None if ref.get("reference_top_k_missing_share") is None
+                                 else 100 * ref["reference_top_k_missing_share"]),
+                refused=blank(r.reference_refused),
+                text_tokens=f"{r.text['tokens']:,}" if r.text.get("tokens") else "")
+            text = texts.setdefault((r.text.get("sha256"), r.text.get("tokens")), {
+                **r.text, "endpoints": [], "chars_text": f"{r.text.get('chars') or 0:,}",
+                "tokens_text": f"{r.text['tokens']:,}" if r.text.get("tokens") else ""})
+            text["endpoints"].append(e.name)
+        rows.append(entry)
+    reference = next((e for e in endpoints if e.id == run.quality_reference_id), None)
+    return {"rows": rows, "texts": list(texts.values()), "reference": reference, "figures": QUALITY_FIGURES,
+            "asked": {"name": run.quality_text.name if run.quality_text_id else "built-in: Python's documentation",
+                      "n_ctx": run.quality_ctx, "chunks": run.quality_chunks,
+                      "llama_perplexity": f"-c {run.quality_ctx} --chunks {run.quality_chunks}"}}
+
+
+def quality_export(run: Run, *, hide_addresses: bool = False) -> dict | None:
+    """The quality step as the run's export holds it: what was asked and, per endpoint, its
+    stored result read by its one reader and written by its one writer (every stored version
+    comes out as the newest), or its error."""
+    if not run.quality:
+        return None
+    blank = address_hider(run.endpoints.all(), hide_addresses)
+    text = run.quality_text
+    return {
+        "text": ({"name": text.name, "sha256": text.sha256, "chars": len(text.text)} if text
+                 else {"name": "built-in", "sha256": None}),
+        "reference": run.quality_reference.name if run.quality_reference_id else None,
+        "n_ctx": run.quality_ctx, "chunks": run.quality_chunks,
+        "results": [{"endpoint": row.endpoint.name, "measured_at": row.measured_at.isoformat(),
+                     "result": row.figures.to_dict() if row.figures else None,
+                     "error": blank(row.error)} for row in run_quality(run)],
+    }
+
+
+def quality_csv(run: Run, *, hide_addresses: bool = False) -> str:
+    """One row per endpoint: what it was measured on, then every catalogue quality figure under
+    its catalogue title (in the catalogue's unit: shares in %), then its errors."""
+    blank = address_hider(run.endpoints.all(), hide_addresses)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["endpoint", "reference", "text", "text sha256", "text tokens", "windows",
+                     "llama-perplexity", "method", "tokens scored", "perplexity stderr",
+                     *(f.title for f in QUALITY_FIGURES), "reference top-k missing (%)", "error"])
+    for row in run_quality(run):
+        r = row.figures
+        if r is None:
+            writer.writerow([row.endpoint.name, "", "", "", "", "", "", "", "", "",
+                             *("" for _ in QUALITY_FIGURES), "", blank(row.error)])
+            continue
+        missing = (r.reference or {}).get("reference_top_k_missing_share")
+        values = ((r.value(f.key), f.metric) for f in QUALITY_FIGURES)
+        writer.writerow([row.endpoint.name, (r.reference or {}).get("name", ""), r.text.get("name"),
+                         r.text.get("sha256"), r.text.get("tokens"), r.settings.get("windows"),
+                         r.settings.get("llama_perplexity"), r.method, r.tokens_scored, r.perplexity_stderr,
+                         *("" if v is None else round(v * m.scale, 6) for v, m in values),
+                         "" if missing is None else round(100 * missing, 3), blank(r.reference_refused)])
+    return out.getvalue()
 
 
 # ---------------------------------------------------------------- series for charts and comparisons
@@ -346,7 +485,7 @@ def _stored(level: LevelResult, field: str) -> dict:
 
 
 # ---------------------------------------------------------------- export
-EXPORT_VERSION = 2  # 2: endpoints keyed by name, levels by public id (1 used database ids)
+EXPORT_VERSION = 3  # 3: the quality step; 2: endpoints keyed by name, levels by public id (1: database ids)
 REQUEST_FIELDS = ("index", "sent", "scheduled", "first_content", "first_answer", "end", "prompt_tokens",
                   "output_tokens", "client_output_tokens", "finish_reason", "status_code", "error", "error_kind")
 
@@ -388,7 +527,7 @@ def run_export(run: Run, *, hide_addresses: bool = False) -> dict:
             "prompt_tokens", "output_tokens", "temperature", "api", "load_mode", "concurrency_levels",
             "request_rates", "arrivals", "max_concurrency", "requests_per_level", "duration_s",
             "warmup_requests", "seed")} | {"slo": run.slo},
-        "flags": run.flags, "endpoints": endpoints,
+        "flags": run.flags, "endpoints": endpoints, "quality": quality_export(run, hide_addresses=hide_addresses),
         "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "load": lv.load_label,
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),
                     "wall_s": lv.wall_s, "client": lv.client, "flags": lv.flags,

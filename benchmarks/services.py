@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 from datetime import datetime, timedelta, timezone as dt_timezone
+from typing import Callable
+
+import httpx
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -14,16 +18,17 @@ from django.db.models import Q
 from django.utils import timezone
 
 from benchmarks.engine import gpu as gpu_telemetry
-from benchmarks.engine.client import Cancelled, LevelOutcome, Session, Timeouts, until_stopped
+from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
+from benchmarks.engine.client import Cancelled, LevelOutcome, Load, Session, Timeouts, describe_error, until_stopped
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
 from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
 from benchmarks.engine.server_metrics import ServerSummary, server_identity
 from benchmarks.engine.validity import level_flags, merge
 from benchmarks.importers import parse_report, v100_writeup_reports
-from benchmarks.models import (Comparison, Endpoint, Gpu, Host, ImportedReport, LevelResult, RequestRecord, Run,
-                               endpoint_addresses)
-from benchmarks.selectors import runs_in_flight
+from benchmarks.models import (Comparison, Endpoint, EvaluationText, Gpu, Host, ImportedReport, LevelResult,
+                               QualityMeasurement, RequestRecord, Run, endpoint_addresses)
+from benchmarks.selectors import quality_problems, runs_in_flight
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +39,21 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
                request_rates: list[float] = (), arrivals: str = "poisson", max_concurrency: int = 0,
                duration_s: float | None = None, api: str = "completions", seed: int | None = None,
                slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
-               slo_e2e_ms: float | None = None) -> Run:
+               slo_e2e_ms: float | None = None, quality: bool = False, quality_text: EvaluationText | None = None,
+               quality_upload: dict | None = None, quality_reference: Endpoint | None = None,
+               quality_ctx: int = quality_engine.DEFAULT_CTX,
+               quality_chunks: int = quality_engine.DEFAULT_CHUNKS) -> Run:
     """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
-    queued or running: counted and inserted in one transaction that holds the owner's row."""
+    queued or running: counted and inserted in one transaction that holds the owner's row.
+    With `quality`, the quality step follows the levels: on `quality_text`, or on
+    `quality_upload` ({"name", "text"}, stored as an EvaluationText), or else the built-in text."""
     levels = request_rates if load_mode == "rate" else concurrency_levels
     with transaction.atomic():
         _check_runs_in_flight(owner)
+        if quality and quality_upload:
+            quality_text = evaluation_text_store(owner=owner, **quality_upload)
+        if not quality:
+            quality_text = quality_reference = None
         run = Run.objects.create(
             owner=owner, title=title, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
             temperature=temperature, load_mode=load_mode,
@@ -48,7 +62,10 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             arrivals=arrivals, max_concurrency=max_concurrency or 0, duration_s=duration_s,
             requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
-            progress_total=len(endpoints) * len(set(levels)) * requests_per_level,
+            quality=quality, quality_text=quality_text, quality_reference=quality_reference,
+            quality_ctx=quality_ctx, quality_chunks=quality_chunks,
+            progress_total=len(endpoints) * len(set(levels)) * requests_per_level
+            + (len(endpoints) * quality_engine.scored_positions(quality_ctx, quality_chunks) if quality else 0),
             queue_name=queue_for(endpoints),
         )
         run.endpoints.set(endpoints)
@@ -112,10 +129,12 @@ def run_execute(*, run_id: int, worker: str = "") -> None:
     try:
         for endpoint in run.endpoints.select_related("host").order_by("name"):
             _measure_endpoint(run, endpoint, loop, monitor)
+        if run.quality:
+            _measure_quality(run, loop, monitor)
     except Cancelled:
         if monitor.stop_reason == "time limit":
             _finish(run, Run.FAILED, error=f"time limit of {settings.RUN_TIME_LIMIT_S:g} s reached; "
-                                           "the finished levels are kept")
+                                           "the finished levels and quality results are kept")
         log.info("run %s stopped: %s", run_id, monitor.stop_reason)
         return
     except Exception as exc:  # a bug or an unexpected fault: keep what was measured, say why
@@ -125,7 +144,7 @@ def run_execute(*, run_id: int, worker: str = "") -> None:
     finally:
         monitor.stop()
         loop.close()
-    _finish(run, _final_status(run))
+    _finish(run, *_final_status(run))
 
 
 def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop,
@@ -176,6 +195,119 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
         loop.run_until_complete(session.close())
 
 
+# What a quality step may meet from a server besides the engine's own refusals (QualityError):
+# connections that fail or drop (a server that died mid-step) and answers of the wrong shape.
+QUALITY_FAULTS = (quality_engine.QualityError, httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError,
+                  IndexError)
+
+
+def _quality_fault(exc: Exception) -> str:
+    if isinstance(exc, quality_engine.QualityError):
+        return str(exc)
+    if isinstance(exc, httpx.HTTPError):
+        return f"the server stopped answering during the quality step ({describe_error(exc)})"
+    return f"the server's answer could not be read ({describe_error(exc)})"
+
+
+def _measure_quality(run: Run, loop: asyncio.AbstractEventLoop, monitor: "RunMonitor") -> None:
+    """The quality step, after every endpoint's levels: the reference first, scored once and kept
+    in memory, then every other endpoint, compared with it. An endpoint that already has its
+    QualityMeasurement (a resumed run) is not measured again; the reference is scored again
+    (without storing) only when others still need it. What fails is stored per endpoint with
+    its reason, and the others are measured all the same."""
+    endpoints = list(run.endpoints.select_related("host").order_by("name"))
+    stored = {q.endpoint_id: q for q in run.quality_results.all()}
+    ref_endpoint = next((e for e in endpoints if e.id == run.quality_reference_id), None)
+    todo = [e for e in endpoints if e.id not in stored and e is not ref_endpoint]
+    monitor.level_stored(_progress_done(run))
+    text = run.evaluation_text()
+    reference, refused = None, ""
+    if ref_endpoint is not None and (ref_endpoint.id not in stored or todo):
+        first = ref_endpoint.id not in stored
+        if not first and stored[ref_endpoint.id].error:
+            refused = f"the reference {ref_endpoint.name} could not be scored: {stored[ref_endpoint.id].error}"
+        else:
+            try:
+                reference = _quality_call(run, ref_endpoint, loop, monitor, text, reference=None, first=first)
+            except QUALITY_FAULTS as exc:
+                refused = f"the reference {ref_endpoint.name} could not be scored: {_quality_fault(exc)}"
+                quality_store(run=run, endpoint=ref_endpoint, error=_quality_fault(exc))
+            else:
+                if first:
+                    quality_store(run=run, endpoint=ref_endpoint, result=reference.result)
+            monitor.level_stored(_progress_done(run))
+    for endpoint in todo:
+        try:
+            result = _quality_call(run, endpoint, loop, monitor, text, reference=reference)
+        except QUALITY_FAULTS as exc:
+            quality_store(run=run, endpoint=endpoint, error=_quality_fault(exc))
+        else:
+            if refused:
+                result.reference_refused = refused
+            quality_store(run=run, endpoint=endpoint, result=result)
+        monitor.level_stored(_progress_done(run))
+    monitor.follow(None)
+
+
+def _quality_call(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop, monitor: "RunMonitor",
+                  text: quality_engine.EvalText, *, reference, first: bool = True):
+    """Score one endpoint through the engine (the reference with `reference=None`: its
+    ReferenceScores), through the same checked connections as its levels, stopping within a
+    poll of a cancel or the time limit. `first`: count its positions in the progress."""
+    timeouts = Timeouts(connect=settings.REQUEST_CONNECT_TIMEOUT_S, first_byte=settings.REQUEST_READ_TIMEOUT_S,
+                        total=settings.REQUEST_TOTAL_TIMEOUT_S)
+    session = Session(endpoint.target(), run.workload(), timeouts,
+                      loads=[Load(concurrency=quality_engine.MAX_STREAMS)], addresses=endpoint_addresses())
+    role = " (reference)" if endpoint.id == run.quality_reference_id else ""
+    total = run.quality_positions
+    _note(run, f"quality: {endpoint.name}{role}: preflight")
+
+    def step(awaitable):
+        return loop.run_until_complete(until_stopped(awaitable, monitor.should_stop))
+    try:
+        preflight = step(session.preflight())
+        if not preflight.ok:
+            raise quality_engine.QualityError(f"preflight failed: {preflight.cause}")
+        progress = monitor.advance if first else None
+        monitor.follow(lambda done: f"quality: {endpoint.name}{role}: {done:,} of {total:,} positions scored")
+        args = (session.client, endpoint.base_url, endpoint.backend, text)
+        kw = dict(model=preflight.model, n_ctx=run.quality_ctx, chunks=run.quality_chunks, progress=progress)
+        if reference is None and role:
+            return step(quality_engine.measure_reference(*args, name=endpoint.name, **kw))
+        return step(quality_engine.measure(*args, reference=reference, **kw))
+    finally:
+        monitor.follow(None)
+        loop.run_until_complete(session.close())
+
+
+def quality_store(*, run: Run, endpoint: Endpoint, result: quality_engine.QualityResult | None = None,
+                  error: str = "") -> QualityMeasurement:
+    """Store one endpoint's quality step: its result (written by QualityResult.to_dict), or why
+    it could not be measured. The run's progress counts the endpoint's share as done either way."""
+    with transaction.atomic():
+        row = QualityMeasurement.objects.create(run=run, endpoint=endpoint,
+                                                result=result.to_dict() if result is not None else {},
+                                                error=error[:5000])
+        Run.objects.filter(id=run.id).update(progress_done=_progress_done(run))
+    run.refresh_from_db(fields=["progress_done"])
+    return row
+
+
+def _progress_done(run: Run) -> int:
+    """Requests stored, plus each stored quality step's share of positions."""
+    return (RequestRecord.objects.filter(level__run=run).count()
+            + run.quality_results.count() * run.quality_positions)
+
+
+def evaluation_text_store(*, owner, name: str, text: str) -> EvaluationText:
+    """An uploaded evaluation text, stored once per content: the same text uploaded again (under
+    any name) is the row already stored, so figures on it stay comparable by its sha256."""
+    sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    stored, _ = EvaluationText.objects.get_or_create(sha256=sha256, defaults={
+        "name": name[:200], "text": text, "uploaded_by": owner})
+    return stored
+
+
 def _gpus_to_sample(endpoint: Endpoint) -> tuple[list[int] | None, str]:
     """GPU telemetry is read next to the GPU: only a worker started on the endpoint's host
     (WORKER_HOST) samples it — the endpoint's GPUs, or all of that host's."""
@@ -199,6 +331,7 @@ class RunMonitor:
         self.base = run.progress_done
         self.count = 0
         self.stop_reason = ""
+        self._note: Callable[[int], str] | None = None
         self._stop = threading.Event()
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"run-{run.id}-monitor", daemon=True)
@@ -217,6 +350,15 @@ class RunMonitor:
         self.count += 1
         return not self._stop.is_set()
 
+    def advance(self, n: int) -> None:
+        """`n` more steps done (the quality step's scored positions)."""
+        self.count += n
+
+    def follow(self, note: Callable[[int], str] | None) -> None:
+        """While set, every beat also writes the progress note `note` makes of the steps counted
+        since the last stored result (the quality step's "120 of 255 positions scored")."""
+        self._note = note
+
     def level_stored(self, stored: int) -> None:
         self.base, self.count = stored, 0
 
@@ -224,8 +366,10 @@ class RunMonitor:
         try:
             while not self._halt.wait(min(1.0, settings.RUN_HEARTBEAT_S)):
                 now = timezone.now()
+                note = self._note
+                extra = {"progress_note": note(self.count)[:300]} if note is not None else {}
                 alive = Run.objects.filter(id=self.run_id, status=Run.RUNNING).update(
-                    heartbeat=now, progress_done=self.base + self.count)
+                    heartbeat=now, progress_done=self.base + self.count, **extra)
                 if not alive:
                     self.stop_reason = "cancelled"
                     self._stop.set()
@@ -293,13 +437,19 @@ def _note(run: Run, note: str) -> None:
     Run.objects.filter(id=run.id).update(progress_note=note[:300])
 
 
-def _final_status(run: Run) -> str:
+def _final_status(run: Run) -> tuple[str, str]:
+    """The finished run's status and error. No completed request: failed. Failed requests, or a
+    quality step that did not give every endpoint its figures (or its comparison with the
+    reference): partial, the quality reasons in the error; what was measured stays either way."""
     levels = list(run.levels.all())
     completed = sum(lv.completed for lv in levels)
     failed = sum(lv.failed for lv in levels)
+    problems = quality_problems(run)
+    error = ("quality step incomplete: " + "; ".join(f"{name}: {reason}" for name, reason in problems)
+             if problems else "")
     if completed == 0:
-        return Run.FAILED
-    return Run.PARTIAL if failed else Run.SUCCEEDED
+        return Run.FAILED, error
+    return (Run.PARTIAL if failed or problems else Run.SUCCEEDED), error
 
 
 def _finish(run: Run, status: str, error: str = "") -> None:

@@ -26,6 +26,7 @@ urlpatterns = [
     path("r/<public_id:public_id>/charts/<str:name>.<str:fmt>", views.run_chart, name="run-chart"),
     path("r/<public_id:public_id>/export.json", views.run_export, name="run-export"),
     path("r/<public_id:public_id>/requests.csv", views.run_requests_csv, name="run-requests-csv"),
+    path("r/<public_id:public_id>/quality.csv", views.run_quality_csv, name="run-quality-csv"),
     path("imports/", views.import_new, name="import-new"),
     path("i/<public_id:public_id>/", views.import_detail, name="import-detail"),
     path("i/<public_id:public_id>/throughput.<str:fmt>", views.import_chart, name="import-chart"),

@@ -33,8 +33,10 @@ def run_list(request):
 @login_required
 def run_new(request):
     # GET parameters pre-fill the form ("measure this next" links from the decision page).
-    form = RunForm(request.POST or None, initial=_prefill(request.GET))
-    if request.method == "POST" and form.is_valid():
+    form = RunForm(initial=_prefill(request.GET))
+    if request.method == "POST":  # reading POST runs the upload handlers, which may refuse the file
+        form = RunForm(request.POST, request.FILES, upload_refused=getattr(request, "upload_refused", ""))
+    if form.is_bound and form.is_valid():
         try:
             run = services.run_create(owner=request.user, **form.cleaned_data)
         except ValidationError as exc:  # the runs-in-flight limit, checked as the run is inserted
@@ -72,7 +74,8 @@ def run_detail(request, public_id: str):
         "run_error": selectors.run_error(run, hide_addresses=hide),
         "hide_addresses": hide,
         "can_cancel": selectors.run_cancel_allowed(run, request.user),
-        "definitions": catalogue.definitions(),
+        "quality": selectors.quality_section(run, hide_addresses=hide),
+        "definitions": selectors.run_definitions(run),
         "chart_list": [(name, chart.title) for name, chart in CHARTS.items()
                        if not chart.telemetry or selectors.run_has_telemetry(run, chart.telemetry)],
     })
@@ -194,6 +197,15 @@ def run_requests_csv(request, public_id: str):
     run = selectors.run_by_public_id(public_id)
     return _csv_response(selectors.run_requests_csv(run, hide_addresses=hides_addresses(request)),
                          f"run-{run.public_id}-requests.csv")
+
+
+@permalink
+def run_quality_csv(request, public_id: str):
+    run = selectors.run_by_public_id(public_id)
+    if not run.quality:
+        raise Http404("This run has no quality step.")
+    return _csv_response(selectors.quality_csv(run, hide_addresses=hides_addresses(request)),
+                         f"run-{run.public_id}-quality.csv")
 
 
 # ---------------------------------------------------------------- imported reports

@@ -219,6 +219,8 @@ for _network in ENDPOINT_ALLOWED_NETWORKS:
 # a file part stops being received (and written to FILE_UPLOAD_TEMP_DIR) at the limit.
 MAX_IMPORT_MIB = envint("MAX_IMPORT_MIB", "20")
 MAX_IMPORT_LEVELS = envint("MAX_IMPORT_LEVELS", "1000")
+# The quality step's evaluation texts: an uploaded text may be up to this many MiB of UTF-8.
+MAX_EVALUATION_TEXT_MIB = envint("MAX_EVALUATION_TEXT_MIB", "2")
 FILE_UPLOAD_HANDLERS = ["benchmarks.uploads.FileSizeLimitHandler",
                         "django.core.files.uploadhandler.MemoryFileUploadHandler",
                         "django.core.files.uploadhandler.TemporaryFileUploadHandler"]

@@ -121,6 +121,11 @@ class Windows:
                 "llama_perplexity": f"-c {self.n_ctx} --chunks {len(self.windows)}"}
 
 
+def scored_positions(n_ctx: int, chunks: int) -> int:
+    """Positions scored in `chunks` windows of `n_ctx` tokens (when the text is long enough)."""
+    return chunks * (n_ctx - 1 - n_ctx // 2)
+
+
 def make_windows(with_special: list[int], without_special: list[int], n_ctx: int, chunks: int) -> Windows:
     """llama-perplexity's chunks: tokens (with special tokens) cut every n_ctx, the first token
     of each replaced by the BOS when the tokenizer adds one."""
@@ -495,8 +500,13 @@ def _comparable(ref: ReferenceScores, text: EvalText, windows: Windows, probe: l
     if ref.result.text.get("sha256") != text.sha256:
         return f"the reference {ref.name} was scored on another text"
     if probe != ref.probe:
-        return (f"the endpoint and the reference {ref.name} tokenize differently (a probe text gave "
-                f"{len(probe)} vs {len(ref.probe)} tokens): their figures cannot be compared")
+        if len(probe) != len(ref.probe):
+            gave = f"{len(probe)} vs {len(ref.probe)} tokens"
+        else:
+            first = next(i for i, (a, b) in enumerate(zip(probe, ref.probe)) if a != b)
+            gave = f"as many tokens, other ids from token {first + 1} on"
+        return (f"the endpoint and the reference {ref.name} tokenize differently (a probe text gave {gave}): their "
+                "figures cannot be compared")
     if (windows.n_ctx, windows.first) != (ref.windows.n_ctx, ref.windows.first):
         return f"the reference {ref.name} was scored in other windows ({ref.windows.settings()['llama_perplexity']})"
     if windows.windows != ref.windows.windows:
