@@ -50,7 +50,8 @@ def run_new(request):
 
 def _prefill(params) -> dict:
     initial = {k: params[k] for k in ("title", "prompt_tokens", "output_tokens", "concurrency_levels",
-                                      "request_rates", "load_mode", "requests_per_level") if params.get(k)}
+                                      "request_rates", "load_mode", "requests_per_level", "quality")
+               if params.get(k)}
     # Endpoints by name: these links are shown on public pages, which carry no database ids.
     endpoints = selectors.endpoint_ids_by_name(params.getlist("endpoints"))
     if endpoints:

@@ -16,8 +16,8 @@ from benchmarks.engine.gpu import GpuSample
 from benchmarks.engine.observe import GpuTelemetry, measure_observed
 from benchmarks.engine.quality import EvalText, QualityResult
 from benchmarks.engine.simulator import SimConfig, SimulatorProcess
-from benchmarks.models import Endpoint, Host, Model, QualityMeasurement, Run, Variant
-from benchmarks.services import level_store
+from benchmarks.models import Endpoint, Host, Model, Run, Variant
+from benchmarks.services import level_store, quality_store
 
 
 def user(username="alice", staff=False):
@@ -186,9 +186,10 @@ def quality_results(sharpness: dict[str, float], *, reference: str | None = None
 
 
 def quality_measured(run, results: dict, endpoints: dict):
-    """Store each QualityResult of `results` as the quality step of `endpoints[name]` in `run`."""
+    """Store each QualityResult of `results` as the quality step of `endpoints[name]` in `run`,
+    through the one writer (services.quality_store)."""
     for name, result in results.items():
-        QualityMeasurement.objects.create(run=run, endpoint=endpoints[name], result=result.to_dict())
+        quality_store(run=run, endpoint=endpoints[name], result=result)
 
 
 # name -> (backend, quantization) of the endpoints quality_run makes.
@@ -214,5 +215,5 @@ def quality_run(sharpness=(("fp16", 0.05), ("fp8", 0.055), ("q4", 0.1)), *, erro
     results = quality_results(sharpness, reference=reference)
     quality_measured(run, {n: r for n, r in results.items() if n not in errors}, endpoints)
     for name, error in errors.items():
-        QualityMeasurement.objects.create(run=run, endpoint=endpoints[name], error=error)
+        quality_store(run=run, endpoint=endpoints[name], error=error)
     return run, results

@@ -17,7 +17,7 @@ from benchmarks.engine.catalogue import COMPARISON_QUALITY
 from benchmarks.engine.points import QualityPoint
 from benchmarks.engine.quality import EvalText
 from benchmarks.importers.published import v100_writeup_reports
-from benchmarks.models import ImportedReport, QualityMeasurement
+from benchmarks.models import ImportedReport
 from benchmarks.services import published_reports_load
 from factories import QUALITY_TEXT, quality_results
 

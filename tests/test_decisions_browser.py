@@ -5,26 +5,27 @@ import pytest
 
 from benchmarks.models import Decision
 from conftest import log_in, watched
+from factories import quality_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_member_states_a_workload_and_shares_the_recommendation(browser, live_server):
-    page = watched(browser.new_page())
+def decide_in_the_browser(page, live_server, *, gpu, cc, vram, users, priority):
+    """Log in, state the GPU and a 512/100-token workload with an 8192-token context, recommend."""
     log_in(page, live_server, "/decide/")
     page.wait_for_selector("#decision-form")
-
-    page.fill("input[name=gpu_name]", "Tesla V100-PCIE-16GB")
-    page.fill("input[name=compute_capability]", "7.0")
-    page.fill("input[name=vram_gib]", "16")
-    page.fill("input[name=users]", "4")
-    page.fill("input[name=prompt_tokens]", "512")
-    page.fill("input[name=output_tokens]", "100")
-    page.fill("input[name=context_tokens]", "8192")
-    page.check("input[name=priority][value=throughput]")
+    for name, value in (("gpu_name", gpu), ("compute_capability", cc), ("vram_gib", vram), ("users", users),
+                        ("prompt_tokens", "512"), ("output_tokens", "100"), ("context_tokens", "8192")):
+        page.fill(f"input[name={name}]", value)
+    page.check(f"input[name=priority][value={priority}]")
     page.click("text=Recommend")
-
     page.wait_for_selector("#recommendation")
+
+
+def test_a_member_states_a_workload_and_shares_the_recommendation(browser, live_server):
+    page = watched(browser.new_page())
+    decide_in_the_browser(page, live_server, gpu="Tesla V100-PCIE-16GB", cc="7.0", vram="16", users="4",
+                          priority="throughput")
     assert page.locator("#recommendation").inner_text() == "Run llama.cpp Q4_K_M"
     assert page.locator("#rank-vllm-fp8 .eligibility").inner_text().startswith("refused")
     assert page.locator("#confidence").inner_text() == "confidence: low"
@@ -59,4 +60,21 @@ def test_bad_values_come_back_as_field_messages(browser, live_server):
     assert "such as 7.0" in page.locator("#field-compute_capability .error").inner_text()
     assert "greater than or equal to 1" in page.locator("#field-users .error").inner_text()
     assert not Decision.objects.exists()
+    assert page.js_errors == []
+
+
+def test_a_member_ranks_by_least_quality_loss_and_the_page_fits_1366_pixels(browser, live_server):
+    quality_run((("fp16", 0.05), ("fp8", 0.055), ("q4", 0.1)))
+    page = watched(browser.new_page(viewport={"width": 1366, "height": 900}))
+    decide_in_the_browser(page, live_server, gpu="NVIDIA H200", cc="9.0", vram="141", users="1",
+                          priority="least_quality_loss")
+    assert page.locator("#recommendation").inner_text() == "Run vLLM FP8"
+    assert page.locator("#rank-vllm-fp8 td.quality").inner_text().startswith("Perplexity 3")
+    assert page.locator("#rank-vllm-awq td.quality").inner_text() == "not measured"
+    widths = page.evaluate("""() => ({page: document.documentElement.scrollWidth,
+        screen: document.documentElement.clientWidth,
+        candidates: document.querySelector('#candidates').getBoundingClientRect().right})""")
+    assert widths["page"] <= widths["screen"] and widths["candidates"] <= widths["screen"], widths
+    if os.environ.get("DECISION_SCREENSHOTS"):
+        page.screenshot(path=os.environ["DECISION_SCREENSHOTS"].replace(".png", "-quality.png"), full_page=True)
     assert page.js_errors == []

@@ -13,6 +13,7 @@ advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequence[Ev
        builds: EngineBuilds = EngineBuilds(),
        variant_bytes: Mapping[str, float] | None = None,   # actual sizes, keyed by quantization
        gpu_memory_utilization: float | None = None,        # vLLM; None = the fact's 0.9
+       quality: Sequence[QualityEvidence] = (),            # measured and published quality
        ) -> Recommendation
 
 GpuSpec(name, compute_capability: tuple[int, int], vram_gib, count=1, interconnect="pcie",
@@ -21,7 +22,7 @@ ModelSpec(name, params_b, layers, kv_heads, head_dim, context_length, embedding_
           known_weight_bytes={})                          # DEEPSEEK_R1_DISTILL_QWEN_7B
 Workload(users, prompt_tokens, output_tokens, context_tokens=None, ttft_p90_ms=None,
          tpot_ms=None, min_user_tok_s=None, priority="single_user_speed")
-         # priority: "single_user_speed" | "throughput" | "memory_headroom"
+         # priority: "single_user_speed" | "throughput" | "memory_headroom" | "least_quality_loss"
 Evidence(id, candidate, kind ("measured" | "published"), label, gpu_name, compute_capability,
          concurrency, prompt_tokens, output_tokens, url=None, host_id=None, ttft_ms_p50=None,
          ttft_ms_p90=None, tpot_ms_p50=None, decode_tok_s_p50=None, aggregate_tok_s=None,
@@ -29,18 +30,25 @@ Evidence(id, candidate, kind ("measured" | "published"), label, gpu_name, comput
          # its figures are engine.catalogue.ADVISOR_FIGURES, named as the catalogue names them
 EngineBuilds(vllm_version: tuple[int, int] | None = None, vllm_fp8_sm75: bool = False)
 Candidate(key, label, backend, quantization, requires, size_fact, embedding_bits, kv_cache_bytes=2)
+QualityEvidence(id, candidate, model, label, point: engine.points.QualityPoint, url=None)
+         # one candidate's variant of a base model: its quality figures, measured or published,
+         # and what they are figures of (text, windows, reference); read only for that model
 published_v100_evidence() -> list[Evidence]             # the write-up's figures, labelled
+published_v100_quality() -> list[QualityEvidence]       # its perplexities (FP8, Q4_K_M), text not stated
 
 Recommendation: gpu, model, workload, builds (echoed), ranked: list[CandidateResult],
     recommended: str | None, summary, caveats, confidence ("high" | "medium" | "low"),
     confidence_why, hardware_notes: list[Note(text, source, fact_id)],
     measure_next: list[SuggestedRun(candidate, concurrency_levels, prompt_tokens, output_tokens,
-    host_id, why)], candidate(key) -> CandidateResult, to_dict() for JSON.
+    host_id, why, quality)], quality_basis: QualityBasis(figure, words, candidates, evidence_ids),
+    candidate(key) -> CandidateResult, to_dict() for JSON.
 CandidateResult: key, label, requirements, eligible, ineligible_reasons, fit: MemoryFit,
     evidence_basis, evidence_shape, predicted: {metric: Predicted(metric, value, how, levels,
     evidence_ids, note)}, evidence: list[EvidenceRef(id, label, kind, url, concurrency, flags)],
     evidence_notes, meets_targets: {target: TargetCheck(target, limit, metric, predicted, how, met,
-    note)}, meets_all, priority_value, priority_how, reasons, rank, recommendable.
+    note)}, meets_all, priority_value, priority_how, priority_text, reasons, quality: QualityRead(how
+    ("measured" | "published" | "not measured"), evidence_id, label, url, figures, perplexity_stderr,
+    text, windows, reference, note), rank, recommendable.
 MemoryFit: fits, gpus_used, weights_gib, weights_source, kv_bytes_per_token, kv_tokens,
     kv_cache_gib, overhead_gib, overhead_why, required_gib, usable_gib, gpu_memory_utilization,
     headroom_gib, explanation.
@@ -50,6 +58,11 @@ targets cannot be checked, those missing one; then figures at this load before e
 before none; then the priority value. `recommended` is the top one when the evidence backs it (a
 known priority figure, targets shown to be met, or being the only one that can start and fit);
 otherwise None, and the summary says what to measure.
+
+"least quality loss" ranks on measured quality, never on published figures (their text is not
+stated): the KL divergence from one reference on one text in one window setting, or perplexity on
+one text, whichever compares the most candidates (KL on a tie); it says which in each reason.
+Quality is read only for the decision's model (any GPU); speed evidence as below.
 
 Evidence is preferred in this order: measured on this host, on the same GPU model, on the same
 compute capability, then published (same GPU model or compute capability only). Within the best
@@ -65,14 +78,17 @@ from .facts import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, FACTS, Cand
                     required_facts, requirements)
 from .memory import MemoryFit, kv_bytes_per_token, memory_fit, weight_bytes
 from .performance import EvidenceRef, Performance, Predicted, predict, read_at
-from .published import V100_LABEL, published_v100_evidence
-from .specs import PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelSpec, Priority, Workload
+from .published import V100_LABEL, published_v100_evidence, published_v100_quality
+from .quality import QualityBasis, QualityRead, read_quality
+from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelSpec, Priority, QualityEvidence,
+                    Workload)
 
 __all__ = [
     "advise", "check_targets", "Recommendation", "CandidateResult", "Note", "SuggestedRun",
     "TargetCheck", "DEFAULT_CANDIDATES", "FACTS", "Candidate", "Fact", "fact", "ineligible_reasons",
     "required_facts", "requirements", "MemoryFit", "kv_bytes_per_token", "memory_fit",
     "weight_bytes", "EvidenceRef", "Performance", "Predicted", "predict", "read_at", "V100_LABEL",
-    "published_v100_evidence", "PRIORITIES", "PRIORITY", "Priority", "EngineBuilds", "Evidence", "GpuSpec", "ModelSpec",
+    "published_v100_evidence", "published_v100_quality", "QualityBasis", "QualityRead", "QualityEvidence",
+    "read_quality", "PRIORITIES", "PRIORITY", "Priority", "EngineBuilds", "Evidence", "GpuSpec", "ModelSpec",
     "Workload", "DEEPSEEK_R1_DISTILL_QWEN_7B",
 ]

@@ -12,10 +12,14 @@ from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, users_str,
                     ineligible_reasons, requirements, unmet_requirements)
 from .memory import MemoryFit, memory_fit
 from .performance import BASES, EvidenceRef, Performance, Predicted, predict
-from .specs import PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelSpec, Workload
+from .quality import QualityBasis, QualityRead, quality_sentence, read_quality
+from .specs import PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelSpec, QualityEvidence, Workload
 
 PRIORITY_PHRASES = {key: p.phrase for key, p in PRIORITY.items()}
-RESULT_VERSION = 2  # of Recommendation.to_dict(); 1 (no "version") named figures ttft_p50_ms-style
+QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the speed evidence
+# Of Recommendation.to_dict(): 3 adds each candidate's quality and the quality basis; 2 names
+# figures as the catalogue does; 1 (no "version") named them ttft_p50_ms-style.
+RESULT_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class SuggestedRun:
     output_tokens: int
     host_id: str | None
     why: str
+    quality: bool = False  # with a quality step
 
 
 @dataclass
@@ -65,7 +70,9 @@ class CandidateResult:
     meets_all: bool | None  # True also when no target was set
     priority_value: float | None  # higher is better
     priority_how: str  # "measured" | "interpolated" | "extrapolated" | "none" | "computed"
+    priority_text: str  # the priority value in words, with where it was read
     reasons: list[str]
+    quality: QualityRead = field(default_factory=lambda: QualityRead("not measured"))
     rank: int = 0
 
     @property
@@ -87,6 +94,7 @@ class Recommendation:
     confidence_why: str
     hardware_notes: list[Note] = field(default_factory=list)
     measure_next: list[SuggestedRun] = field(default_factory=list)
+    quality_basis: QualityBasis = field(default_factory=lambda: QualityBasis(None, ""))
 
     def candidate(self, key: str) -> CandidateResult:
         return next(r for r in self.ranked if r.key == key)
@@ -289,28 +297,37 @@ def _levels(users: int) -> tuple[int, ...]:
     return tuple(sorted(levels))
 
 
+def _speed_gap(gpu: GpuSpec, workload: Workload, r: CandidateResult) -> str:
+    """What the speed evidence lacks for this workload, or "" when nothing."""
+    hows = _relevant_hows(r) - ({"none"} if workload.priority == QUALITY else set())
+    if r.evidence_basis is None:
+        return "no figures for this GPU yet"
+    if r.evidence_basis == BASES[3]:
+        return "only published figures, not measured here"
+    if r.evidence_basis == BASES[2]:
+        return "measured only on another GPU model of the same compute capability"
+    if r.evidence_shape != (workload.prompt_tokens, workload.output_tokens):
+        return "measured with other prompt/output lengths"
+    if gpu.host_id and r.evidence_basis != BASES[0]:
+        return "measured on another host with this GPU model"
+    if hows & {"interpolated", "extrapolated", "none"}:
+        return "not measured at this number of users"
+    return ""
+
+
 def measure_next(gpu: GpuSpec, workload: Workload, results: list[CandidateResult]) -> list[SuggestedRun]:
     runs = []
     for r in results:
         if not r.recommendable:
             continue  # cannot start or does not fit: nothing to measure
-        hows = _relevant_hows(r)
-        if r.evidence_basis is None:
-            why = "no figures for this GPU yet"
-        elif r.evidence_basis == BASES[3]:
-            why = "only published figures, not measured here"
-        elif r.evidence_basis == BASES[2]:
-            why = "measured only on another GPU model of the same compute capability"
-        elif r.evidence_shape != (workload.prompt_tokens, workload.output_tokens):
-            why = "measured with other prompt/output lengths"
-        elif gpu.host_id and r.evidence_basis != BASES[0]:
-            why = "measured on another host with this GPU model"
-        elif hows & {"interpolated", "extrapolated", "none"}:
-            why = "not measured at this number of users"
-        else:
-            continue
-        runs.append(SuggestedRun(r.key, _levels(workload.users), workload.prompt_tokens,
-                                 workload.output_tokens, gpu.host_id, why))
+        why = [_speed_gap(gpu, workload, r)]
+        quality = workload.priority == QUALITY and r.priority_value is None
+        if quality:
+            why.append("its quality not measured comparably with the others' (a run with a quality step)")
+        why = [w for w in why if w]
+        if why:
+            runs.append(SuggestedRun(r.key, _levels(workload.users), workload.prompt_tokens,
+                                     workload.output_tokens, gpu.host_id, "; ".join(why), quality))
     return runs
 
 
@@ -321,6 +338,14 @@ def _confidence(rec: CandidateResult | None, results: list[CandidateResult],
     hows = _relevant_hows(rec)
     others_unknown = [r.label for r in results
                       if r.recommendable and r is not rec and r.priority_value is None]
+    if workload.priority == QUALITY:  # ranked on measured quality, whatever the speed evidence
+        if rec.priority_value is None:
+            return "low", f"the quality loss of {rec.label} is unknown"
+        if "extrapolated" in hows:
+            return "low", "the target figures are extrapolated beyond the measured levels"
+        if others_unknown:
+            return "medium", f"no comparable quality figures for {', '.join(others_unknown)}"
+        return "high", "quality measured comparably for every candidate that can run here"
     if rec.evidence_basis is None:
         return "low", f"nothing was measured or published for {rec.label} on this GPU"
     if rec.priority_value is None:
@@ -359,10 +384,12 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
            candidates: Sequence[Candidate] = DEFAULT_CANDIDATES, *,
            builds: EngineBuilds = EngineBuilds(),
            variant_bytes: Mapping[str, float] | None = None,
-           gpu_memory_utilization: float | None = None) -> Recommendation:
+           gpu_memory_utilization: float | None = None,
+           quality: Sequence[QualityEvidence] = ()) -> Recommendation:
     _validate(model, workload, gpu)
     evidence = list(evidence)
     cc = tuple(gpu.compute_capability)
+    quality_read = read_quality(candidates, model, quality)
     results, perfs = [], {}
     for c in candidates:
         refusals = ineligible_reasons(c, cc, builds)
@@ -371,7 +398,10 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         perf = predict(c, gpu, workload, evidence, builds)
         perfs[c.key] = perf
         checks = check_targets(workload, perf.metrics)
-        value, value_text, value_how = _priority(workload.priority, perf.metrics, fit)
+        if workload.priority == QUALITY:
+            value, value_text, value_how = quality_read.priority_value(c.key)
+        else:
+            value, value_text, value_how = _priority(workload.priority, perf.metrics, fit)
 
         reasons = list(refusals)
         reasons.append(fit.explanation)
@@ -382,6 +412,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         for flag in sorted({f for ref in perf.evidence for f in ref.flags}):
             reasons.append(f"These figures are {flag}.")
         reasons += [chk.note for chk in checks.values()]
+        reasons.append(quality_sentence(c, quality_read.reads[c.key]))
         if refusals or not fit.fits:
             reasons.append("Not recommended: it " + ("cannot start on this GPU." if refusals
                                                      else "does not fit in this GPU's memory."))
@@ -390,6 +421,8 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         else:
             reasons.append(f"Ranked below candidates with figures: its "
                            f"{PRIORITY_PHRASES[workload.priority]} is unknown.")
+            if workload.priority == QUALITY:
+                reasons.append(quality_read.not_ranked_why(c.key))
 
         results.append(CandidateResult(
             key=c.key, label=c.label, requirements=requirements(c, builds), eligible=not refusals,
@@ -397,7 +430,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             predicted=perf.metrics,
             evidence=perf.evidence, evidence_notes=perf.notes, meets_targets=checks,
             meets_all=_meets_all(checks), priority_value=value, priority_how=value_how,
-            reasons=reasons))
+            priority_text=value_text, reasons=reasons, quality=quality_read.reads[c.key]))
 
     results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0]))]
     for i, r in enumerate(results, 1):
@@ -420,7 +453,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         recommended=rec.key if rec else None, summary=summary, caveats=caveats,
         confidence=confidence, confidence_why=confidence_why,
         hardware_notes=hardware_notes(gpu, workload, results, candidates, builds),
-        measure_next=measure_next(gpu, workload, results))
+        measure_next=measure_next(gpu, workload, results), quality_basis=quality_read.basis)
 
 
 def _summary(gpu, workload, results, runnable, rec, candidates) -> str:
@@ -431,14 +464,14 @@ def _summary(gpu, workload, results, runnable, rec, candidates) -> str:
     phrase = PRIORITY_PHRASES[workload.priority]
     load = f"{users_str(workload.users)} on {gpu.name}"
     if rec is not None:
-        _, text, _ = _priority(workload.priority, rec.predicted, rec.fit)
+        text = rec.priority_text
         if rec.priority_value is None and len(runnable) == 1:
             why = "the only candidate that can start and fit; its figures at this load are unknown"
         elif rec.priority_value is None:
             why = f"it meets the targets; its {phrase} is unknown"
         else:
-            why = f"best {phrase}, {text}"
-            if rec.evidence_basis == BASES[3]:
+            why = f"{PRIORITY[workload.priority].best} {phrase}, {text}"
+            if rec.evidence_basis == BASES[3] and workload.priority != QUALITY:
                 why += ", published, not measured here"
         if rec.meets_all is None and rec.meets_targets:
             why += "; the targets could not all be checked"

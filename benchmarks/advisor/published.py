@@ -3,10 +3,13 @@ reference, never a measurement. 512 prompt / 100 output tokens, temperature 0.7.
 
 from __future__ import annotations
 
-from .specs import Evidence
+from ..importers.published import MODEL, published_quality
+from .specs import Evidence, QualityEvidence
 
 V100_LABEL = "V100 write-up (published, not measured here)"
 V100_NAME = "Tesla V100-PCIE-16GB"
+# The write-up's variants by the candidates' keys, as the inventory names their quantization.
+V100_QUALITY_VARIANTS = {"vllm-fp8": "fp8_e4m3", "llamacpp-q4_k_m": "gguf_q4_k_m"}
 
 
 def published_v100_evidence() -> list[Evidence]:
@@ -27,3 +30,15 @@ def published_v100_evidence() -> list[Evidence]:
         row("v100-writeup-vllm-awq-c1", "vllm-awq", 1, decode_tok_s_p50=48.0,
             note="published as '~48'"),
     ]
+
+
+def published_v100_quality() -> list[QualityEvidence]:
+    """The write-up's perplexities (defined once, with the published reports), of its model only:
+    labelled, their evaluation text not stated."""
+    out = []
+    for candidate, quantization in V100_QUALITY_VARIANTS.items():
+        stated = published_quality(quantization)
+        out.append(QualityEvidence(id=f"v100-writeup-{candidate}-quality", candidate=candidate, model=MODEL,
+                                   label=V100_LABEL,
+                                   point=stated.point(label=V100_LABEL, kind="published", model=MODEL)))
+    return out

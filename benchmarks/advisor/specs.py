@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..engine.catalogue import metric
+from ..engine.points import QualityPoint
 
 
 @dataclass(frozen=True)
@@ -13,6 +14,7 @@ class Priority:
     key: str
     label: str  # what the form offers
     phrase: str  # how a sentence names what is ranked on
+    best: str = "best"  # how a sentence names the top one's: "best memory headroom", "least quality loss"
 
 
 # What a team may rank on, once: the form's choices and the advisor's sentences read this.
@@ -20,6 +22,8 @@ PRIORITY = {p.key: p for p in (
     Priority("single_user_speed", "single-user speed (per-stream decode)", metric("decode_tok_s").name.lower()),
     Priority("throughput", "aggregate throughput", metric("aggregate_tok_s").name.lower()),
     Priority("memory_headroom", "memory headroom", "memory headroom"),
+    Priority("least_quality_loss", "least quality loss (KL divergence from a reference, or perplexity on the "
+             "same text)", "quality loss", best="least"),
 )}
 PRIORITIES = tuple(PRIORITY)
 
@@ -87,6 +91,24 @@ class Evidence:
     aggregate_tok_s: float | None = None
     peak_memory_gib: float | None = None
     note: str = ""
+
+
+@dataclass(frozen=True)
+class QualityEvidence:
+    """The quality of one candidate's variant of a base model: measured here (an endpoint's
+    quality step in a run) or published. Its figures, and what they are figures of (the text,
+    the windows, the reference), are its `point`'s; it is only ever read for `model`."""
+
+    id: str
+    candidate: str  # Candidate.key
+    model: str  # the base model's name
+    label: str
+    point: QualityPoint
+    url: str | None = None  # link to the run's quality step (or None: the publication)
+
+    @property
+    def kind(self) -> str:
+        return self.point.kind
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """What the decision page shows of a saved result, and the "measure this next" links.
 
 Saved results are read through `result_from_stored`, which reads every version the advisor has
-written (Recommendation.to_dict: 2 names figures as the metric catalogue does; 1, with no
-"version", named them ttft_p50_ms, decode_tok_s, ...). Labels and units are the catalogue's.
+written (Recommendation.to_dict: 3 adds each candidate's quality and the quality basis; 2 names
+figures as the metric catalogue does; 1, with no "version", named them ttft_p50_ms, decode_tok_s,
+...). Labels and units are the catalogue's.
 """
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from django.urls import reverse
 from benchmarks.advisor import PRIORITY
 from benchmarks.advisor.facts import WRITEUP
 from benchmarks.advisor.performance import METRICS
+from benchmarks.compare import shown
 from benchmarks.decisions.forms import INTERCONNECTS
 from benchmarks.decisions.selectors import CANDIDATES, VARIANT_QUANTIZATION, endpoints_for
-from benchmarks.engine.catalogue import figure
+from benchmarks.engine.catalogue import COMPARISON_QUALITY, figure
+from benchmarks.importers.published import QUALITY_LABEL
 
 # Version 1's figure names -> the catalogue's.
 _V1_FIGURES = {"ttft_p50_ms": "ttft_ms_p50", "ttft_p90_ms": "ttft_ms_p90", "tpot_p50_ms": "tpot_ms_p50",
@@ -24,19 +27,42 @@ _V1_FIGURES = {"ttft_p50_ms": "ttft_ms_p50", "ttft_p90_ms": "ttft_ms_p90", "tpot
 
 
 def result_from_stored(result: dict) -> dict:
-    """A saved Decision.result in the current version's names."""
-    if result.get("version", 1) >= 2:
-        return result
+    """A saved Decision.result in the current version's names and shape. A result saved before
+    version 3 read no quality: its candidates' quality is None (not "not measured")."""
+    version = result.get("version", 1)
+    if version < 2:
+        def rename(name):
+            return _V1_FIGURES.get(name, name)
 
-    def rename(name):
-        return _V1_FIGURES.get(name, name)
+        ranked = []
+        for c in result.get("ranked", []):
+            predicted = {rename(m): {**p, "metric": rename(p.get("metric", m))}
+                         for m, p in c.get("predicted", {}).items()}
+            targets = {k: {**t, "metric": rename(t.get("metric", ""))} for k, t in c.get("meets_targets", {}).items()}
+            ranked.append({**c, "predicted": predicted, "meets_targets": targets})
+        result = {**result, "ranked": ranked}
+    if version < 3:
+        result = {**result, "quality_basis": result.get("quality_basis"),
+                  "ranked": [{**c, "quality": c.get("quality")} for c in result["ranked"]]}
+    return {**result, "version": 3}
 
-    ranked = []
-    for c in result.get("ranked", []):
-        predicted = {rename(m): {**p, "metric": rename(p.get("metric", m))} for m, p in c.get("predicted", {}).items()}
-        targets = {k: {**t, "metric": rename(t.get("metric", ""))} for k, t in c.get("meets_targets", {}).items()}
-        ranked.append({**c, "predicted": predicted, "meets_targets": targets})
-    return {**result, "version": 2, "ranked": ranked}
+
+def _quality(q: dict | None) -> dict | None:
+    """A candidate's quality row as the page shows it: each figure with the catalogue's title,
+    unit scale and decimals, and its source in words."""
+    if q is None:
+        return None
+    rows = []
+    for f in COMPARISON_QUALITY:  # in the catalogue's order (a stored JSON object keeps none)
+        value = q["figures"].get(f.key)
+        if value is None:
+            continue
+        text = shown(f, value)
+        if f.key == "perplexity" and q.get("perplexity_stderr") is not None:
+            text += f" ± {q['perplexity_stderr']:,.{f.metric.digits}f}"
+        rows.append({"key": f.key, "title": f.title, "definition": f.metric.definition, "text": text})
+    source = {"measured": "measured here", "published": QUALITY_LABEL}.get(q["how"], "not measured")
+    return {**q, "rows": rows, "source": source}
 
 
 def _source_of(ref: dict) -> str:
@@ -60,6 +86,7 @@ def decision_display(stored: dict) -> dict:
             "targets": list(c["meets_targets"].values()),
             "is_recommended": c["key"] == result["recommended"],
             "flags": sorted({f for e in c["evidence"] for f in e["flags"]}),
+            "quality_row": _quality(c["quality"]),
         })
     workload = result["workload"]
     gpu = result["gpu"]
@@ -93,7 +120,8 @@ def measure_next_links(result: dict) -> list[dict]:
             url = reverse("run-new") + "?" + urlencode(
                 [("endpoints", e.name) for e in endpoints]  # names: the page is public, ids are not
                 + [("concurrency_levels", ",".join(map(str, levels))), ("prompt_tokens", s["prompt_tokens"]),
-                   ("output_tokens", s["output_tokens"]), ("title", title)])
+                   ("output_tokens", s["output_tokens"]), ("title", title)]
+                + ([("quality", "on")] if s.get("quality") else []))
         out.append({**s, "label": candidate.label, "levels": levels, "endpoints": endpoints, "url": url,
                     "capped": len(levels) < len(s["concurrency_levels"]), "backend": candidate.backend,
                     "quantization": VARIANT_QUANTIZATION[candidate.quantization]})

@@ -9,12 +9,15 @@ from operator import or_
 from django.db.models import Prefetch, Q, QuerySet
 from django.http import Http404
 
+from django.utils.text import slugify
+
 from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, Evidence, GpuSpec, ModelSpec,
-                                published_v100_evidence)
+                                QualityEvidence, published_v100_evidence, published_v100_quality)
 from benchmarks.advisor.performance import gpu_key
 from benchmarks.engine.catalogue import ADVISOR_FIGURES
-from benchmarks.models import Decision, Endpoint, Gpu, Host, LevelResult, Model, Run
-from benchmarks.selectors import decision_by_public_id, level_point
+from benchmarks.engine.points import QualityPoint
+from benchmarks.models import Decision, Endpoint, Gpu, Host, LevelResult, Model, QualityMeasurement, Run
+from benchmarks.selectors import decision_by_public_id, endpoint_label, level_point
 
 # Candidate.quantization -> Variant.quantization: how a registered endpoint maps to a candidate.
 VARIANT_QUANTIZATION = {"fp8": "fp8_e4m3", "q4_k_m": "gguf_q4_k_m", "awq": "awq"}
@@ -23,6 +26,7 @@ CANDIDATE_FOR = {(c.backend, VARIANT_QUANTIZATION[c.quantization]): c for c in D
 CC_MIN, CC_MAX = (3, 0), (15, 9)  # the compute capabilities a GPU can state
 CC_RANGE = f"from {CC_MIN[0]}.{CC_MIN[1]} to {CC_MAX[0]}.{CC_MAX[1]}"
 EVIDENCE_LIMIT = 2000  # newest measured levels read per decision
+QUALITY_LIMIT = 500  # newest quality measurements read per decision
 _CC_RE = re.compile(r"(\d{1,2})(?:\.(\d))?")
 
 
@@ -166,6 +170,31 @@ def evidence_from_db(*, limit: int = EVIDENCE_LIMIT, published: bool = True) -> 
     if published:
         evidence += published_v100_evidence()
     return EvidenceList(evidence, skipped)
+
+
+def quality_evidence_from_db(*, limit: int = QUALITY_LIMIT, published: bool = True) -> list[QualityEvidence]:
+    """The candidates' quality measured here (newest first: each endpoint's quality step in a
+    finished run, keyed to its variant's model and candidate), then the write-up's published
+    perplexities. Two queries whatever the number of rows."""
+    rows = (QualityMeasurement.objects.filter(_candidate_q(), run__status__in=Run.FINISHED, error="")
+            .exclude(result={})
+            .select_related("run__quality_reference__variant", "endpoint__variant__model")
+            .defer("run__preflight", "run__server_config", "run__flags", "run__error")
+            .order_by("-run__created", "-run_id", "-pk")[:limit])
+    evidence = []
+    for row in rows:
+        e, run, result = row.endpoint, row.run, row.figures
+        reference = run.quality_reference
+        label = f"{run} · {e.name}"
+        point = QualityPoint.measured(result, label=label, model=e.variant.model.name,
+                                      reference=endpoint_label(reference) if reference else None)
+        evidence.append(QualityEvidence(
+            id=f"quality-{row.public_id}", candidate=CANDIDATE_FOR[(e.backend, e.variant.quantization)].key,
+            model=e.variant.model.name, label=label, point=point,
+            url=f"{run.get_absolute_url()}#quality-{slugify(e.name)}"))
+    if published:
+        evidence += published_v100_quality()
+    return evidence
 
 
 # --- saved decisions ------------------------------------------------------------------------

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from benchmarks.advisor import advise
 from benchmarks.decisions.forms import Specs
-from benchmarks.decisions.selectors import evidence_from_db
+from benchmarks.decisions.selectors import evidence_from_db, quality_evidence_from_db
 from benchmarks.models import Decision
 
 
 def decision_compute(*, specs: Specs) -> dict:
     """The advisor's answer for these (validated) specs, as JSON; nothing saved."""
     evidence = evidence_from_db()
-    rec = advise(specs.gpu, specs.model, specs.workload, evidence, variant_bytes=specs.variant_bytes or None)
+    rec = advise(specs.gpu, specs.model, specs.workload, evidence, variant_bytes=specs.variant_bytes or None,
+                 quality=quality_evidence_from_db())
     result = rec.to_dict()
     result["host"] = specs.host
     result["model_source"] = specs.model_source

@@ -221,8 +221,6 @@ COMPARISON_QUALITY = (Figure("perplexity"), Figure("kl_mean"), Figure("kl_p99"),
                       Figure("greedy_identical_share"))
 QUALITY_COMPARED = (Figure("perplexity"), Figure("kl_mean"), Figure("same_top_share"),
                     Figure("greedy_identical_share"))
-# What the advisor reads of a candidate's quality (advisor.specs.QualityEvidence has one field per name).
-ADVISOR_QUALITY = COMPARISON_QUALITY
 
 
 
