@@ -270,7 +270,7 @@ def quality_export(run: Run, *, hide_addresses: bool = False) -> dict | None:
         "reference": run.quality_reference.name if run.quality_reference_id else None,
         "n_ctx": run.quality_ctx, "chunks": run.quality_chunks,
         "results": [{"endpoint": row.endpoint.name, "measured_at": row.measured_at.isoformat(),
-                     "result": row.figures.to_dict() if row.figures else None,
+                     "result": blank(row.figures.to_dict()) if row.figures else None,
                      "error": blank(row.error)} for row in run_quality(run)],
     }
 

@@ -146,3 +146,41 @@ def test_perplexity_through_vllm_prompt_logprobs_equals_transformers_within_half
     assert ours.perplexity == pytest.approx(theirs, rel=0.005), (ours.perplexity, theirs)
     print(f"\nvLLM prompt_logprobs perplexity {ours.perplexity:.2f}, transformers {theirs:.2f}; "
           f"{ours.tokens_per_s:.0f} tokens scored/s")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_with_a_quality_step_through_the_worker_compares_real_variants(gemma_servers, text_file, client,
+                                                                           celery_worker_process):
+    """The real llama-server serving the Q4_K_M model against its Q8_0 copy as the reference,
+    through the run form, Redis and a real worker, onto the run page."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.urls import reverse
+
+    from benchmarks.models import QualityMeasurement, Run
+    from factories import endpoint, run_form, user
+    from test_fault_tolerance import finished
+
+    _, urls = gemma_servers
+    q4 = endpoint(urls["Q4_K_M"], name="gemma-q4", backend="llamacpp", quantization="gguf_q4_k_m")
+    q8 = endpoint(urls["Q8_0"], name="gemma-q8", backend="llamacpp", quantization="gguf_q8_0")
+    client.force_login(user())
+    body = {**run_form([q4, q8], concurrency_levels="1", requests_per_level=2, output_tokens=8, warmup_requests=0),
+            "quality": "on", "quality_reference": q8.id, "quality_ctx": 64, "quality_chunks": 2,
+            "quality_text_file": SimpleUploadedFile("pydoc-topics.txt", text_file.read_bytes())}
+    assert client.post(reverse("run-new"), body).status_code == 302
+    run = finished(Run.objects.get(), timeout=300)
+    assert run.status == Run.SUCCEEDED, run.error
+    rows = {q.endpoint.name: q.figures for q in QualityMeasurement.objects.filter(run=run)}
+    ref, tested = rows["gemma-q8"], rows["gemma-q4"]
+    assert ref.tokens_scored == tested.tokens_scored == 2 * (64 - 1 - 32)
+    assert tested.reference["name"] == "gemma-q8" and tested.reference["perplexity"] == ref.perplexity
+    # The Q8_0 file is a requantized copy of the Q4_K_M one: nearly the same model.
+    assert abs(tested.perplexity - ref.perplexity) < 0.05 * ref.perplexity
+    assert 0 <= tested.value("kl_mean") < 0.05 and tested.value("same_top_share") > 0.8
+    assert 0 < tested.value("greedy_identical_share") <= 1
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert 'id="quality-table"' in page and f"{tested.value('kl_mean'):.4f}" in page
+    assert "gemma-q4</strong> against gemma-q8" in page
+    print(f"\nthrough the worker: Q4_K_M ppl {tested.perplexity:.3f} vs Q8_0 {ref.perplexity:.3f}, KL "
+          f"{tested.value('kl_mean'):.5f}, same top {tested.value('same_top_share'):.3f}, greedy "
+          f"{tested.value('greedy_identical_share'):.3f}; {tested.tokens_per_s:.1f} and {ref.tokens_per_s:.1f} tok/s")
