@@ -278,3 +278,16 @@ def test_a_killed_worker_resumes_the_quality_step_without_measuring_a_stored_end
     assert rows["b"].figures.reference["kl_mean"] == pytest.approx(rows["a"].figures.reference["kl_mean"], rel=1e-12)
     assert run.progress_done == run.progress_total
     stop_worker(rescuer)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_time_limit_stops_the_quality_step_and_keeps_what_was_stored(client, simulator, faults_queue):
+    ref = endpoint(simulator(dialect="vllm", decode_ms=1).url, name="ref")
+    slow = endpoint(simulator(dialect="vllm", decode_ms=1, score_ms=60000).url, name="slow")
+    worker = spawn_worker(worker_env(RUN_TIME_LIMIT_S=8, **FAST_RECOVERY), "quality-time-limit")
+    faults_queue.append(worker)
+    run = finished(submit(client, [ref, slow], quality_reference=ref.id), timeout=60)
+    assert run.status == Run.FAILED
+    assert run.error == "time limit of 8 s reached; the finished levels and quality results are kept"
+    assert run.levels.count() == 2
+    assert list(QualityMeasurement.objects.filter(run=run).values_list("endpoint__name", flat=True)) == ["ref"]
