@@ -5,26 +5,32 @@ from datetime import date
 import pytest
 
 from benchmarks.advisor import (DEFAULT_CANDIDATES, FACTS, Candidate, EngineBuilds, fact,
-                                ineligible_reasons, required_facts, requirements)
+                                ineligible_reasons, required_facts, requirements, start_check)
 
 BY_KEY = {c.key: c for c in DEFAULT_CANDIDATES}
-FP16 = Candidate("vllm-fp16", "vLLM FP16", "vllm", "fp16", ("vllm-min-cc",), "fp8-size",
-                 embedding_bits=16)
-CCS = [(6, 1), (7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0)]
+FP16 = Candidate("vllm-fp16", "vLLM FP16", "vllm", "fp16", ("vllm",), "fp8-size", embedding_bits=16)
+CCS = [(5, 0), (6, 0), (6, 1), (7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0)]
 T, F = True, False
 
-# cc -> can start, for the default build and for a build with PR #29901 (FP8 Marlin on 7.5)
+# cc -> can start: for a vLLM release before PR #29901 (v0.12), one after it (v0.13), and the version
+# unknown (some release starts it). vLLM docs and fp8.py/awq.py/gptq.py: FP8 8.0 then 7.5, AWQ 7.5,
+# vLLM itself 7.0 (7.5 from v0.21); llama.cpp from Maxwell, P100 included.
 TABLE = {
-    "vllm-fp8":        {"default": [F, F, F, T, T, T, T], "pr29901": [F, F, T, T, T, T, T]},
-    "vllm-awq":        {"default": [F, F, T, T, T, T, T], "pr29901": [F, F, T, T, T, T, T]},
-    "llamacpp-q4_k_m": {"default": [T, T, T, T, T, T, T], "pr29901": [T, T, T, T, T, T, T]},
+    "vllm-fp8":         {"v0.12": [F, F, F, F, F, T, T, T, T], "v0.13": [F, F, F, F, T, T, T, T, T],
+                         "unknown": [F, F, F, F, T, T, T, T, T]},
+    "vllm-awq":         {"v0.12": [F, F, F, F, T, T, T, T, T], "v0.13": [F, F, F, F, T, T, T, T, T],
+                         "unknown": [F, F, F, F, T, T, T, T, T]},
+    "vllm-gptq":        {"v0.12": [F, F, F, T, T, T, T, T, T], "v0.21": [F, F, F, F, T, T, T, T, T],
+                         "unknown": [F, F, F, T, T, T, T, T, T]},
+    "llamacpp-q4_k_m":  {"unknown": [T, T, T, T, T, T, T, T, T]},
 }
-BUILDS = {"default": EngineBuilds(), "pr29901": EngineBuilds(vllm_fp8_sm75=True)}
+BUILDS = {"unknown": EngineBuilds(), "v0.12": EngineBuilds(vllm_version=(0, 12)),
+          "v0.13": EngineBuilds(vllm_version=(0, 13)), "v0.21": EngineBuilds(vllm_version=(0, 21))}
 
 
 @pytest.mark.parametrize("key,build,cc,expected", [
     (key, build, cc, TABLE[key][build][i])
-    for key in TABLE for build in BUILDS for i, cc in enumerate(CCS)
+    for key in TABLE for build in TABLE[key] for i, cc in enumerate(CCS)
 ])
 def test_it_follows_the_eligibility_table(key, build, cc, expected):
     assert (ineligible_reasons(BY_KEY[key], cc, BUILDS[build]) == []) is expected
@@ -39,38 +45,43 @@ def test_it_drops_volta_from_vllm_0_21(cc, version, expected):
     assert (ineligible_reasons(FP16, cc, EngineBuilds(vllm_version=version)) == []) is expected
 
 
-def test_it_refuses_fp8_on_volta_citing_fp8_py():
-    (reason,) = ineligible_reasons(BY_KEY["vllm-fp8"], (7, 0))
-    assert "compute capability 7.0" in reason and "8.0" in reason
-    assert "quantization/fp8.py" in reason and "2026-11-29" in reason
+def test_an_unknown_version_names_the_releases_that_start_it():
+    assert start_check(FP16, (7, 0)).releases_text == "before v0.21"
+    assert start_check(BY_KEY["vllm-fp8"], (7, 5)).releases_text == "v0.13 or later"
+    assert start_check(BY_KEY["vllm-fp8"], (8, 0)).releases_text == ""  # every release
+    assert start_check(BY_KEY["vllm-fp8"], (7, 5), EngineBuilds(vllm_version=(0, 21))).releases_text == ""
 
 
-def test_it_cites_pr_29901_when_the_build_has_it():
-    (reason,) = ineligible_reasons(BY_KEY["vllm-fp8"], (7, 0), EngineBuilds(vllm_fp8_sm75=True))
-    assert "PR #29901" in reason and "7.5" in reason
+def test_it_refuses_fp8_on_volta_citing_fp8_py_and_pr_29901():
+    reasons = ineligible_reasons(BY_KEY["vllm-fp8"], (7, 0))
+    assert all("compute capability 7.0" in r and "2026-12-01" in r for r in reasons)
+    assert any("quantization/fp8.py" in r and "8.0" in r for r in reasons)
+    assert any("PR #29901" in r and "7.5" in r for r in reasons)
+
+
+def test_a_given_version_says_which_rule_refused_it():
+    (reason,) = ineligible_reasons(BY_KEY["vllm-fp8"], (7, 5), EngineBuilds(vllm_version=(0, 12)))
+    assert "with vLLM v0.12" in reason and "before v0.13" in reason
 
 
 def test_it_refuses_awq_on_volta_citing_the_issues():
-    (reason,) = ineligible_reasons(BY_KEY["vllm-awq"], (7, 0))
-    assert "awq.py" in reason and "#1488" in reason and "#4202" in reason
+    reasons = ineligible_reasons(BY_KEY["vllm-awq"], (7, 0))
+    assert any("awq.py" in r and "#1488" in r and "#4202" in r for r in reasons)
 
 
-def test_it_gives_every_unmet_requirement_on_pascal():
-    reasons = ineligible_reasons(BY_KEY["vllm-fp8"], (6, 1))
-    assert len(reasons) == 2  # vLLM itself (7.0) and its fp8 method (8.0)
-
-
-def test_it_refuses_llamacpp_without_dp4a():
-    (reason,) = ineligible_reasons(BY_KEY["llamacpp-q4_k_m"], (6, 0))
-    assert "dp4a" in reason and "6.1" in reason
+def test_llamacpp_has_no_dp4a_floor_and_starts_on_a_p100():
+    assert ineligible_reasons(BY_KEY["llamacpp-q4_k_m"], (6, 0)) == []
+    (reason,) = ineligible_reasons(BY_KEY["llamacpp-q4_k_m"], (3, 7))  # Kepler: below 50-virtual
+    assert "scalar" in reason and "50-virtual" in reason
 
 
 def test_it_describes_requirements_from_facts():
     req = requirements(BY_KEY["vllm-fp8"])
     assert req["backend"] == "vLLM" and req["quantization"] == "fp8"
-    assert req["min_compute_capability"] == "8.0"
-    assert {f["id"] for f in req["facts"]} == {"vllm-min-cc", "vllm-fp8-min-cc"}
-    assert requirements(BY_KEY["vllm-fp8"], EngineBuilds(vllm_fp8_sm75=True))["min_compute_capability"] == "7.5"
+    assert req["min_compute_capability"] == "7.5"  # from v0.13
+    assert requirements(BY_KEY["vllm-fp8"], EngineBuilds(vllm_version=(0, 12)))["min_compute_capability"] == "8.0"
+    assert {f["id"] for f in requirements(BY_KEY["vllm-fp8"], EngineBuilds((0, 12)))["facts"]} == \
+        {"vllm-min-cc", "vllm-fp8-min-cc"}
 
 
 def test_every_fact_has_a_source_and_a_date():
@@ -81,6 +92,6 @@ def test_every_fact_has_a_source_and_a_date():
 
 def test_every_requirement_is_a_fact_with_a_minimum():
     for c in DEFAULT_CANDIDATES:
-        for f in required_facts(c) + required_facts(c, EngineBuilds((0, 21), True)):
+        for f in required_facts(c) + required_facts(c, EngineBuilds((0, 21))):
             assert f.min_cc is not None
         assert fact(c.size_fact).value is not None

@@ -6,7 +6,7 @@ from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B as R1_7B, DEFAULT_CA
                                 kv_bytes_per_token, memory_fit, weight_bytes)
 
 GIB = 1024**3
-FP8, Q4KM, AWQ = DEFAULT_CANDIDATES
+FP8, Q4KM, AWQ = DEFAULT_CANDIDATES[:3]
 V100 = GpuSpec("Tesla V100-PCIE-16GB", (7, 0), 16.0)
 
 
@@ -23,7 +23,16 @@ def test_kv_cache_per_token_is_hand_computed():
     (32, 8192, 14.0),
 ])
 def test_kv_cache_grows_with_users_times_context(users, context, gib):
-    assert memory_fit(Q4KM, R1_7B, V100, users, context).kv_cache_gib == pytest.approx(gib)
+    big = GpuSpec("NVIDIA H200", (9, 0), 139.8)
+    assert memory_fit(Q4KM, R1_7B, big, users, context).kv_cache_gib == pytest.approx(gib)
+
+
+def test_a_quantized_kv_cache_is_tried_when_the_16_bit_one_does_not_fit():
+    # 32 x 8192 tokens at 57344 bytes = 14 GiB: with 4.36 GiB of weights, over a 16 GiB V100;
+    # -ctk/-ctv q8_0 store 34 bytes per 32 values: 14 x 34 / 64 = 7.4375 GiB, which fits.
+    fit = memory_fit(Q4KM, R1_7B, V100, 32, 8192)
+    assert fit.fits and fit.kv_cache == "q8_0" and fit.kv_flags == "-ctk q8_0 -ctv q8_0"
+    assert fit.kv_cache_gib == pytest.approx(14 * 34 / 64)
 
 
 def test_q4_k_m_uses_the_known_file_size():

@@ -72,10 +72,11 @@ levels - the nearest level's figure flagged as an extrapolation (never used to p
 Pass evidence newest first: the first row per level wins.
 """
 
-from .engine import (CandidateResult, Note, Recommendation, SuggestedRun, TargetCheck, advise,
-                     check_targets)
-from .facts import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, FACTS, Candidate, Fact, fact, ineligible_reasons,
-                    required_facts, requirements)
+from .engine import (AdviceInputError, CandidateResult, Note, Recommendation, SuggestedRun, TargetCheck, advise,
+                     check_targets, validate_inputs)
+from .facts import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, DEEPSEEK_R1_DISTILL_QWEN_14B,
+                    DEEPSEEK_R1_DISTILL_QWEN_32B, DEFAULT_CANDIDATES, FACTS, Candidate, Fact, fact,
+                    ineligible_reasons, required_facts, requirements, start_check)
 from .memory import MemoryFit, kv_bytes_per_token, memory_fit, weight_bytes
 from .performance import EvidenceRef, Performance, Predicted, predict, read_at
 from .published import V100_LABEL, published_v100_evidence, published_v100_quality
@@ -90,5 +91,6 @@ __all__ = [
     "weight_bytes", "EvidenceRef", "Performance", "Predicted", "predict", "read_at", "V100_LABEL",
     "published_v100_evidence", "published_v100_quality", "QualityBasis", "QualityRead", "QualityEvidence",
     "read_quality", "PRIORITIES", "PRIORITY", "Priority", "EngineBuilds", "Evidence", "GpuSpec", "ModelSpec",
-    "Workload", "DEEPSEEK_R1_DISTILL_QWEN_7B",
+    "Workload", "DEEPSEEK_R1_DISTILL_QWEN_7B", "DEEPSEEK_R1_DISTILL_QWEN_14B", "DEEPSEEK_R1_DISTILL_QWEN_32B",
+    "BUILTIN_MODELS", "AdviceInputError", "start_check", "validate_inputs",
 ]

@@ -9,9 +9,11 @@ from typing import Mapping, Sequence
 
 from ..engine.catalogue import figure
 from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, users_str,
-                    ineligible_reasons, requirements, unmet_requirements)
+                    ineligible_reasons, requirements, start_check)
+from .launch import Launch, launch
 from .memory import MemoryFit, memory_fit
 from .performance import BASES, EvidenceRef, Performance, Predicted, predict
+from .prior import estimate
 from .quality import QualityBasis, QualityRead, quality_sentence, read_quality
 from .specs import PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelSpec, QualityEvidence, Workload
 
@@ -74,6 +76,9 @@ class CandidateResult:
     reasons: list[str]
     quality: QualityRead = field(default_factory=lambda: QualityRead("not measured"))
     rank: int = 0
+    launch: Launch | None = None  # the command that starts it as sized (None: it cannot start or fit)
+    estimate: str = ""  # how the physical prior was derived, when it stands in for evidence
+    releases: str = ""  # which releases of its engine start it, when the version was not given
 
     @property
     def recommendable(self) -> bool:
@@ -95,6 +100,7 @@ class Recommendation:
     hardware_notes: list[Note] = field(default_factory=list)
     measure_next: list[SuggestedRun] = field(default_factory=list)
     quality_basis: QualityBasis = field(default_factory=lambda: QualityBasis(None, ""))
+    why: list[str] = field(default_factory=list)  # the verdict's reasons, three lines at most
 
     def candidate(self, key: str) -> CandidateResult:
         return next(r for r in self.ranked if r.key == key)
@@ -120,7 +126,7 @@ def _compare(target: str, limit: float, p: Predicted, ok, what: str, unit: str) 
         return TargetCheck(target, limit, p.metric, None, p.how, None,
                            f"{what}: no figure in the evidence.")
     shown = f"{fmt(p.value)} {unit} ({p.note})"
-    if p.how == "extrapolated":  # never pass (or fail) a target on a figure from another load
+    if p.how in ("extrapolated", "estimated", "derived"):  # never pass (or fail) a target on these
         return TargetCheck(target, limit, p.metric, p.value, p.how, None,
                            f"{what}: not known at this load, only {shown}.")
     met = ok(p.value)
@@ -207,7 +213,7 @@ def _sort_key(r: CandidateResult, index: int):
     if not r.recommendable:
         return (1, 0, 0, 0.0, index)  # the ones that cannot run stay in the candidates' order
     target_rank = {True: 0, None: 1, False: 2}[r.meets_all]
-    known_rank = {"none": 2, "extrapolated": 1}.get(r.priority_how, 0)
+    known_rank = {"none": 3, "estimated": 2, "extrapolated": 1}.get(r.priority_how, 0)
     return (0, target_rank, known_rank, -(r.priority_value or 0.0), index)
 
 
@@ -228,7 +234,8 @@ def _perf_sentence(c: Candidate, perf: Performance, workload: Workload, gpu: Gpu
     for metric in ("decode_tok_s_p50", "aggregate_tok_s", "ttft_ms_p90", "tpot_ms_p50"):
         p, unit = m[metric], figure(metric).quoted
         if p.value is not None:
-            at = f" (the figure at {users_str(p.levels[0])}: extrapolation)" if p.how == "extrapolated" else ""
+            at = (f" (the figure at {users_str(p.levels[0])}: extrapolation)" if p.how == "extrapolated"
+                  else " (derived: an upper bound)" if p.how == "derived" else "")
             parts.append(f"{fmt(p.value)} {unit}{at}")
     source = "; ".join(sorted({ref.label for ref in perf.evidence}))
     if perf.basis not in source:
@@ -239,8 +246,15 @@ def _perf_sentence(c: Candidate, perf: Performance, workload: Workload, gpu: Gpu
 
 # --- notes, caveats, what to measure -----------------------------------------------------------
 
+def _sentence(text: str) -> str:
+    """A statement as a sentence: capitalised unless it starts with a name written in lower case."""
+    first = text if text.startswith(("llama", "vLLM", "-")) else text[0].upper() + text[1:]
+    return first if first.endswith(".") else first + "."
+
+
 def hardware_notes(gpu: GpuSpec, workload: Workload, results: list[CandidateResult],
                    candidates: Sequence[Candidate], builds: EngineBuilds) -> list[Note]:
+    """Notes about this GPU and the candidates that can start on it, each once."""
     cc = tuple(gpu.compute_capability)
     by_key = {c.key: c for c in candidates}
     runnable = [by_key[r.key] for r in results if r.eligible]
@@ -249,41 +263,38 @@ def hardware_notes(gpu: GpuSpec, workload: Workload, results: list[CandidateResu
 
     def add(fact_id: str, text: str | None = None):
         f = fact(fact_id)
-        notes.append(Note(text or f.statement[0].upper() + f.statement[1:] + ".", f.source, f.id))
+        notes.append(Note(text or _sentence(f.statement), f.source, f.id))
 
     if gpu.count > 1 and gpu.interconnect != "nvlink":
-        add("tp-over-pcie", "Serve a 7B model from one GPU: " + fact("tp-over-pcie").statement + ".")
+        split = [r for r in results if r.recommendable and r.fit.gpus_used > 1]
+        lead = ("Layer split (llama.cpp --split-mode layer) crosses PCIe with activations only; "
+                if split else "Serve from one GPU when the model fits on one: ")
+        add("tp-over-pcie", lead + fact("tp-over-pcie").statement + ".")
     if "llamacpp" in backends:
-        add("llamacpp-ngl")
-        arch = f"{cc[0]}{cc[1]}"
-        add("llamacpp-build-arch", f"Build llama.cpp with -DGGML_CUDA=ON "
-            f"-DCMAKE_CUDA_ARCHITECTURES={arch} for this GPU; "
-            + fact("llamacpp-build-arch").statement.split("; ", 1)[1] + ".")
         if cc < fact("cuda13-no-sm70").min_cc:
             add("cuda13-no-sm70")
-        context = workload.context
-        add("llamacpp-slots", f"Start llama-server with --parallel {workload.users} and -c "
-            f"{workload.users * context} ({users_str(workload.users)} x {context} tokens): "
-            + fact("llamacpp-slots").statement + ".")
-        if cc < fact("llamacpp-dp4a-decode").min_cc:
+        if cc < (6, 1):
+            add("llamacpp-min-cc")
+        elif cc < fact("llamacpp-dp4a-decode").min_cc:
             add("llamacpp-dp4a-decode")
+        if cc == (7, 0):
+            build = f" (this build: {builds.llamacpp_build})" if builds.llamacpp_build else ""
+            add("llamacpp-volta-tensor-cores", _sentence(fact("llamacpp-volta-tensor-cores").statement + build))
     if "vllm" in backends:
         if cc < fact("bf16-min-cc").min_cc:
             add("bf16-min-cc")
-        if builds.vllm_version is None and cc < fact("vllm-min-cc-v0.21").min_cc:
-            add("vllm-min-cc-v0.21", "Use a vLLM release before v0.21 on this GPU: "
-                + fact("vllm-min-cc-v0.21").statement + ".")
+        if cc == (7, 0):
+            add("vllm-volta-quant", _sentence(fact("vllm-volta-quant").statement))
     if any(c.quantization == "fp8" and c.backend == "vllm" for c in runnable) \
             and cc < fact("vllm-fp8-native-cc").min_cc:
         add("vllm-fp8-native-cc")
-    # vLLM itself runs here, only its quantization method does not: say what does work.
-    blocked_by_method = [c for c in candidates if c.backend == "vllm"
-                         and unmet_requirements(c, cc, builds)
-                         and all(f.id not in ("vllm-min-cc", "vllm-min-cc-v0.21")
-                                 for f in unmet_requirements(c, cc, builds))]
-    if blocked_by_method:
-        add("vllm-volta-quant", "If it must be vLLM on this GPU: "
-            + fact("vllm-volta-quant").statement + " (not measured here).")
+    versioned = [r for r in results if r.eligible and r.releases]
+    if versioned:
+        f = fact("vllm-min-cc-v0.21")
+        said = "; ".join(f"{r.label} starts with releases {r.releases}" for r in versioned)
+        notes.append(Note(f"This answer depends on the vLLM version, which was not given: {said}. "
+                          f"Give the version (or register an endpoint, whose /version is read) to settle it.",
+                          f.source, f.id))
     add("hot-gpu-ecc")
     return notes
 
@@ -336,8 +347,8 @@ def _confidence(rec: CandidateResult | None, results: list[CandidateResult],
     if rec is None:
         return "low", "nothing could be recommended"
     hows = _relevant_hows(rec)
-    others_unknown = [r.label for r in results
-                      if r.recommendable and r is not rec and r.priority_value is None]
+    others_unknown = [r.label for r in results if r.recommendable and r is not rec
+                      and (r.priority_value is None or r.priority_how == "estimated")]
     if workload.priority == QUALITY:  # ranked on measured quality, whatever the speed evidence
         if rec.priority_value is None:
             return "low", f"the quality loss of {rec.label} is unknown"
@@ -346,6 +357,9 @@ def _confidence(rec: CandidateResult | None, results: list[CandidateResult],
         if others_unknown:
             return "medium", f"no comparable quality figures for {', '.join(others_unknown)}"
         return "high", "quality measured comparably for every candidate that can run here"
+    if rec.priority_how == "estimated":
+        return "low", (f"estimated from the memory-bandwidth ceiling and efficiencies fitted on other runs, "
+                       f"not measured for {rec.label} on this GPU")
     if rec.evidence_basis is None:
         return "low", f"nothing was measured or published for {rec.label} on this GPU"
     if rec.priority_value is None:
@@ -361,23 +375,50 @@ def _confidence(rec: CandidateResult | None, results: list[CandidateResult],
     if "interpolated" in hows:
         return "medium", "interpolated between measured levels"
     if others_unknown:
-        return "medium", f"no figures for {', '.join(others_unknown)} to compare against"
+        return "medium", f"no measured figures for {', '.join(others_unknown)} to compare against"
     return "high", f"{rec.evidence_basis}, at this number of users"
 
 
 # --- the engine ------------------------------------------------------------------------------
 
-def _validate(model: ModelSpec, workload: Workload, gpu: GpuSpec) -> None:
-    if workload.users < 1 or workload.prompt_tokens < 1 or workload.output_tokens < 1:
-        raise ValueError("users, prompt tokens and output tokens must be at least 1")
+class AdviceInputError(ValueError):
+    """What advise() cannot reason about, by input field: {"users": "...", ...}."""
+
+    def __init__(self, errors: dict[str, str]):
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def validate_inputs(model: ModelSpec, workload: Workload, gpu: GpuSpec,
+              gpu_memory_utilization: float | None) -> None:
+    errors = {}
+    for name in ("users", "prompt_tokens", "output_tokens"):
+        value = getattr(workload, name)
+        if not _is_int(value) or value < 1:
+            errors[name] = f"must be a whole number, at least 1 (got {value!r})"
+    if errors:
+        raise AdviceInputError(errors)
     if workload.priority not in PRIORITIES:
-        raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}")
-    if workload.context < workload.prompt_tokens + workload.output_tokens:
-        raise ValueError("the context must hold the prompt and the output")
-    if workload.context > model.context_length:
-        raise ValueError(f"{model.name} handles at most {model.context_length} tokens of context")
-    if gpu.count < 1 or gpu.vram_gib <= 0:
-        raise ValueError("the GPU needs memory and a count of at least 1")
+        errors["priority"] = f"priority must be one of {', '.join(PRIORITIES)}"
+    if workload.context_tokens is not None and not _is_int(workload.context_tokens):
+        errors["context_tokens"] = "must be a whole number of tokens"
+    elif workload.context < workload.prompt_tokens + workload.output_tokens:
+        errors["context_tokens"] = "the context must hold the prompt and the output"
+    elif workload.context > model.context_length:
+        errors["context_tokens"] = f"{model.name} handles at most {model.context_length} tokens of context"
+    if not _is_int(gpu.count) or gpu.count < 1:
+        errors["gpu_count"] = "the GPU count must be a whole number, at least 1"
+    if not gpu.vram_gib or gpu.vram_gib <= 0:
+        errors["vram_gib"] = "the GPU needs memory"
+    if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
+        errors["gpu_memory_utilization"] = (f"a share of the GPU's memory: more than 0, at most 1 "
+                                            f"(got {gpu_memory_utilization!r})")
+    if errors:
+        raise AdviceInputError(errors)
 
 
 def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequence[Evidence],
@@ -386,16 +427,24 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
            variant_bytes: Mapping[str, float] | None = None,
            gpu_memory_utilization: float | None = None,
            quality: Sequence[QualityEvidence] = ()) -> Recommendation:
-    _validate(model, workload, gpu)
+    validate_inputs(model, workload, gpu, gpu_memory_utilization)
     evidence = list(evidence)
     cc = tuple(gpu.compute_capability)
+    by_key = {c.key: c for c in candidates}
     quality_read = read_quality(candidates, model, quality)
     results, perfs = [], {}
     for c in candidates:
+        start = start_check(c, cc, builds)
         refusals = ineligible_reasons(c, cc, builds)
         fit = memory_fit(c, model, gpu, workload.users, workload.context, variant_bytes,
                          gpu_memory_utilization)
-        perf = predict(c, gpu, workload, evidence, builds)
+        perf = predict(c, gpu, workload, evidence, builds, model=model, gpus_used=fit.gpus_used)
+        estimated = ""
+        if perf.basis is None and not refusals and fit.fits:  # nothing measured: the physical prior
+            prior = estimate(c, model, gpu, workload, fit.weights_gib * 1024**3, fit.gpus_used, fit.split,
+                             evidence, by_key)
+            perf.metrics.update({m: p for m, p in prior.metrics.items() if p.value is not None})
+            estimated = prior.sentence
         perfs[c.key] = perf
         checks = check_targets(workload, perf.metrics)
         if workload.priority == QUALITY:
@@ -405,9 +454,11 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
 
         reasons = list(refusals)
         reasons.append(fit.explanation)
+        if fit.default_context_note and not refusals:
+            reasons.append(fit.default_context_note)
         if fit.fits and fit.gpus_used > 1:
-            reasons.append(f"Needs {fit.gpus_used} GPUs: one is not enough.")
-        reasons.append(_perf_sentence(c, perf, workload, gpu))
+            reasons.append(f"Needs {fit.gpus_used} GPUs ({fit.split}): one is not enough.")
+        reasons.append(estimated or _perf_sentence(c, perf, workload, gpu))
         reasons += perf.notes
         for flag in sorted({f for ref in perf.evidence for f in ref.flags}):
             reasons.append(f"These figures are {flag}.")
@@ -430,7 +481,9 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             predicted=perf.metrics,
             evidence=perf.evidence, evidence_notes=perf.notes, meets_targets=checks,
             meets_all=_meets_all(checks), priority_value=value, priority_how=value_how,
-            priority_text=value_text, reasons=reasons, quality=quality_read.reads[c.key]))
+            priority_text=value_text, reasons=reasons, quality=quality_read.reads[c.key], estimate=estimated,
+            releases="" if refusals else start.releases_text,
+            launch=launch(c, model, gpu, workload, fit) if not refusals and fit.fits else None))
 
     results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0]))]
     for i, r in enumerate(results, 1):
@@ -440,11 +493,13 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
     top = runnable[0] if runnable else None
     # The top one, if the evidence backs it: known priority figure, or targets shown to be met,
     # or it is the only one that can start and fit (said so, with low confidence).
-    rec = top if top and top.meets_all is not False and (
+    # An estimate never stands in for targets it cannot check.
+    guessed = top is not None and top.priority_how == "estimated" and bool(top.meets_targets) \
+        and top.meets_all is None
+    rec = top if top and top.meets_all is not False and not guessed and (
         top.priority_value is not None or (top.meets_targets and top.meets_all)
         or len(runnable) == 1) else None
     confidence, confidence_why = _confidence(rec, results, workload)
-    by_key = {c.key: c for c in candidates}
 
     summary = _summary(gpu, workload, results, runnable, rec, candidates)
     caveats = _caveats(workload, results, perfs, evidence, by_key)
@@ -453,7 +508,32 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         recommended=rec.key if rec else None, summary=summary, caveats=caveats,
         confidence=confidence, confidence_why=confidence_why,
         hardware_notes=hardware_notes(gpu, workload, results, candidates, builds),
-        measure_next=measure_next(gpu, workload, results), quality_basis=quality_read.basis)
+        measure_next=measure_next(gpu, workload, results), quality_basis=quality_read.basis,
+        why=_why(gpu, workload, results, rec))
+
+
+def _why(gpu: GpuSpec, workload: Workload, results: list[CandidateResult], rec: CandidateResult | None) -> list[str]:
+    """The verdict in three lines: its figure and where it comes from, that it fits (and how much
+    more would), what the runner-up or the refused ones are."""
+    if rec is None:
+        return []
+    text = rec.priority_text
+    first = (f"{PRIORITY_PHRASES[workload.priority][0].upper()}{PRIORITY_PHRASES[workload.priority][1:]}: {text}."
+             if text else f"{rec.label} is the only candidate that can start and fit; its figures at this "
+                          f"load are unknown.")
+    chosen = next((c for c in rec.fit.capacity if c.kv_cache == rec.fit.kv_cache), None)
+    second = (f"{rec.fit.explanation.split(':', 1)[0]} ({fmt(rec.fit.required_gib)} of {fmt(rec.fit.usable_gib)} "
+              f"GiB usable)" + (f"; {chosen.sentence[0].lower() + chosen.sentence[1:]}" if chosen else "."))
+    others = [r for r in results if r is not rec and r.recommendable]
+    refused = [r.label for r in results if not r.eligible]
+    if others and others[0].priority_value is not None:
+        third = f"Next: {others[0].label}, {others[0].priority_text}."
+    elif refused:
+        third = (f"{', '.join(refused)} cannot start on compute capability {cc_str(gpu.compute_capability)} "
+                 f"(see each breakdown).")
+    else:
+        third = "No other candidate has figures at this load to compare with."
+    return [first, second, third]
 
 
 def _summary(gpu, workload, results, runnable, rec, candidates) -> str:
@@ -489,21 +569,15 @@ def _summary(gpu, workload, results, runnable, rec, candidates) -> str:
 
 
 def _caveats(workload, results, perfs, evidence, by_key) -> list[str]:
+    """What holds for the whole answer, each once (a candidate's own flags are in its breakdown)."""
     caveats = [f"Memory assumes {users_str(workload.users)}, each holding a full "
                f"{workload.context}-token context at once; runtime overheads are estimates (see "
                f"each breakdown)."]
     for r in results:
-        flags = sorted({f for ref in r.evidence for f in ref.flags})
-        if flags:
-            caveats.append(f"The figures for {r.label} are " + "; ".join(flags) + ".")
-        elif r.evidence_basis == BASES[3]:
-            caveats.append(f"The figures for {r.label} are published, not measured here.")
-        ignored = perfs[r.key].ignored
-        if ignored:
-            gpus = sorted({ev.gpu_name for ev in ignored})
-            rows = "1 evidence row" if len(ignored) == 1 else f"{len(ignored)} evidence rows"
-            caveats.append(f"{rows} for {r.label} not used: from other GPUs ({', '.join(gpus)}).")
+        for why, n in perfs[r.key].ignored_why.items():
+            rows = "1 evidence row" if n == 1 else f"{n} evidence rows"
+            caveats.append(f"{rows} for {r.label} not used: {why}.")
     unknown = sorted({ev.candidate for ev in evidence if ev.candidate not in by_key})
     if unknown:
         caveats.append(f"Evidence for candidates not considered was ignored: {', '.join(unknown)}.")
-    return caveats
+    return list(dict.fromkeys(caveats))

@@ -1,8 +1,22 @@
-"""Does it fit? Weights + KV cache for users x context + runtime overhead, against VRAM."""
+"""Does it fit? What each engine allocates for the flags it would be started with, against VRAM.
+
+- vLLM (`--max-model-len C --max-num-seqs U --gpu-memory-utilization u`) takes u x VRAM of each GPU
+  at start-up: weights, its profiled activation peak and CUDA graphs, and the rest as KV cache. It
+  fits when that KV cache holds U sequences of C tokens (with fewer it queues); without
+  --max-model-len it serves the model's whole context and refuses to start when one sequence of it
+  does not fit (said, and the launch command always sets it).
+- llama-server (`-c U*C --parallel U`) allocates the KV cache for all of -c at start-up and shares
+  it among its slots; it fits when weights + that cache + its buffers fit.
+Several GPUs: vLLM tensor parallel over 1, 2, 4 or 8 cards, llama.cpp's layer split over any count;
+the weights and KV cache are shared out, every card pays its own runtime overhead. When the 16-bit
+KV cache does not fit, a quantized one (llama.cpp -ctk/-ctv q8_0; vLLM --kv-cache-dtype fp8 where
+FP8 is native) is tried, and said.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from .facts import MEASURED_HERE, Candidate, fact, fmt, users_str
@@ -29,6 +43,7 @@ OVERHEAD_WHY = {
     "vllm": "CUDA context and cuBLAS workspace plus vLLM's profiled activation peak and CUDA graphs",
     "llamacpp": "CUDA context plus llama.cpp compute buffers (checked against " + MEASURED_HERE + ")",
 }
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 
 
 def kv_bytes_per_token(model: ModelSpec, cache_bytes: float = 2.0) -> float:
@@ -51,9 +66,60 @@ def weight_bytes(candidate: Candidate, model: ModelSpec,
 
 
 @dataclass(frozen=True)
+class KvCache:
+    """How the KV cache is stored: its label, bytes per value, the flags that ask for it, the fact."""
+
+    label: str
+    bytes_per_value: float
+    flags: str = ""
+    fact_id: str = ""
+
+
+FP16_KV = KvCache("16-bit", 2.0)
+
+
+def kv_options(candidate: Candidate, cc: tuple[int, int]) -> list[KvCache]:
+    """The 16-bit cache, then the quantized one this engine offers on this GPU."""
+    options = [KvCache(FP16_KV.label, candidate.kv_cache_bytes)]
+    if candidate.backend == "llamacpp":
+        f = fact("llamacpp-kv-quant")
+        options.append(KvCache("q8_0", f.value, "-ctk q8_0 -ctv q8_0", f.id))
+    elif candidate.backend == "vllm":
+        f = fact("vllm-kv-fp8")
+        if tuple(cc) >= f.min_cc:
+            options.append(KvCache("FP8", f.value, "--kv-cache-dtype fp8", f.id))
+    return options
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What fits with one KV-cache choice: the most users at the workload's context, the longest
+    context at the workload's users (capped at the model's), on `gpus` cards."""
+
+    kv_cache: str
+    kv_flags: str
+    kv_bytes_per_token: float
+    gpus: int
+    kv_pool_gib: float  # what is left for the KV cache after weights and overhead
+    max_users: int  # at the workload's context
+    longest_context: int  # per user, at the workload's users
+    context: int
+    users: int
+
+    @property
+    def sentence(self) -> str:
+        where = "one GPU" if self.gpus == 1 else f"{self.gpus} GPUs"
+        if self.kv_pool_gib <= 0:
+            return f"With a {self.kv_cache} KV cache on {where}: the weights and runtime leave no room for it."
+        return (f"With a {self.kv_cache} KV cache on {where} ({fmt(self.kv_pool_gib)} GiB for it): at most "
+                f"{users_str(self.max_users)} at {self.context} tokens each; at {users_str(self.users)}, "
+                f"at most {self.longest_context} tokens each.")
+
+
+@dataclass(frozen=True)
 class MemoryFit:
     fits: bool
-    gpus_used: int  # 1, or the host's GPU count when one GPU is not enough
+    gpus_used: int  # the smallest count of the host's GPUs it fits on (the host's count when none)
     weights_gib: float
     weights_source: str
     kv_bytes_per_token: float
@@ -66,41 +132,83 @@ class MemoryFit:
     gpu_memory_utilization: float | None  # vLLM only
     headroom_gib: float  # usable - required; negative when it does not fit
     explanation: str
+    kv_cache: str = FP16_KV.label  # "16-bit" | "q8_0" | "FP8"
+    kv_flags: str = ""  # the launch flags of a quantized KV cache
+    split: str = "one GPU"  # "one GPU" | "tensor parallel" | "layer split"
+    allocated_gib: float = 0.0  # what the engine takes at start-up (vLLM: all of usable)
+    capacity: list[Capacity] = field(default_factory=list)  # one per KV-cache choice
+    default_context_note: str = ""  # vLLM without --max-model-len, when that would not start
+
+
+def _counts(candidate: Candidate, gpu: GpuSpec) -> list[int]:
+    if candidate.backend == "vllm":
+        return [n for n in TENSOR_PARALLEL_SIZES if n <= gpu.count]
+    return list(range(1, gpu.count + 1))
 
 
 def memory_fit(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, users: int, context_tokens: int,
                variant_bytes: Mapping[str, float] | None = None,
                gpu_memory_utilization: float | None = None) -> MemoryFit:
     """Every user may hold a full context at once: conservative, and what a user experiences
-    when all of them are busy (vLLM would otherwise queue, llama.cpp would refuse long prompts)."""
+    when all of them are busy (vLLM would otherwise queue, llama.cpp's slots are sized for it)."""
     weights, weights_source = weight_bytes(candidate, model, variant_bytes)
-    per_token = kv_bytes_per_token(model, candidate.kv_cache_bytes)
-    kv_tokens = users * context_tokens
     util = None
     if candidate.backend == "vllm":
         util = gpu_memory_utilization if gpu_memory_utilization is not None \
             else fact("vllm-gpu-memory-utilization").value
     per_gpu_overhead = OVERHEAD_GIB.get(candidate.backend, CUDA_CONTEXT_GIB)
+    kv_tokens = users * context_tokens
+    options = kv_options(candidate, gpu.compute_capability)
 
-    def at(n: int) -> MemoryFit:
+    def pool(n: int) -> float:
+        return gpu.vram_gib * (util if util is not None else 1.0) * n - per_gpu_overhead * n - weights / GIB
+
+    def capacity(n: int, kv: KvCache) -> Capacity:
+        per_token = kv_bytes_per_token(model, kv.bytes_per_value)
+        left = pool(n) * GIB
+        max_users = max(0, math.floor(left / (context_tokens * per_token))) if left > 0 else 0
+        longest = max(0, min(model.context_length, math.floor(left / (users * per_token)))) if left > 0 else 0
+        return Capacity(kv.label, kv.flags, per_token, n, pool(n), max_users, longest, context_tokens, users)
+
+    def at(n: int, kv: KvCache) -> MemoryFit:
+        per_token = kv_bytes_per_token(model, kv.bytes_per_value)
         overhead = per_gpu_overhead * n
-        required = weights / GIB + per_token * kv_tokens / GIB + overhead
+        kv_gib = per_token * kv_tokens / GIB
+        required = weights / GIB + kv_gib + overhead
         usable = gpu.vram_gib * (util if util is not None else 1.0) * n
         fits = required <= usable
-        where = "one GPU" if n == 1 else f"{n} GPUs"
+        split = "one GPU" if n == 1 else "tensor parallel" if candidate.backend == "vllm" else "layer split"
+        where = "one GPU" if n == 1 else f"{n} GPUs ({split})"
         usable_how = f"{fmt(util)} x {fmt(gpu.vram_gib)} GiB" if util is not None else f"{fmt(gpu.vram_gib)} GiB"
         usable_how = f" ({usable_how} x {n})" if n > 1 else f" ({usable_how})" if util is not None else ""
+        kv_words = "KV cache" if kv.label == FP16_KV.label else f"{kv.label} KV cache ({kv.flags})"
         explanation = (
             f"{'Fits on' if fits else 'Does not fit on'} {where}: {fmt(weights / GIB)} GiB weights "
-            f"+ {fmt(per_token * kv_tokens / GIB)} GiB KV cache ({users_str(users)} x {context_tokens} "
+            f"+ {fmt(kv_gib)} GiB {kv_words} ({users_str(users)} x {context_tokens} "
             f"tokens x {fmt(per_token)} bytes) + {fmt(overhead)} GiB runtime = {fmt(required)} GiB, "
             f"against {fmt(usable)} GiB usable{usable_how}."
         )
-        return MemoryFit(fits, n, weights / GIB, weights_source, per_token, kv_tokens,
-                         per_token * kv_tokens / GIB, overhead, OVERHEAD_WHY.get(candidate.backend, ""),
-                         required, usable, util, usable - required, explanation)
+        allocated = usable if util is not None else required
+        default_note = ""
+        if candidate.backend == "vllm" and model.context_length > context_tokens:
+            one_sequence = kv_bytes_per_token(model, kv.bytes_per_value) * model.context_length / GIB
+            if one_sequence > pool(n):
+                default_note = (
+                    f"Without --max-model-len vLLM would serve {model.context_length} tokens and need "
+                    f"{fmt(one_sequence)} GiB of KV cache for one sequence, more than the "
+                    f"{fmt(max(pool(n), 0))} GiB left: it would refuse to start "
+                    f"({fact('vllm-max-model-len').source}).")
+        return MemoryFit(fits, n, weights / GIB, weights_source, per_token, kv_tokens, kv_gib, overhead,
+                         OVERHEAD_WHY.get(candidate.backend, ""), required, usable, util, usable - required,
+                         explanation, kv.label, kv.flags, split, allocated,
+                         [capacity(n, o) for o in options], default_note)
 
-    one = at(1)
-    if one.fits or gpu.count <= 1:
-        return one
-    return at(gpu.count)
+    # The fewest GPUs (a card less beats any split), the 16-bit cache before a quantized one; else
+    # the 16-bit cache on all of them, said not to fit.
+    counts = _counts(candidate, gpu)
+    for n in counts:
+        for kv in options:
+            fit = at(n, kv)
+            if fit.fits:
+                return fit
+    return at(counts[-1], options[0])

@@ -91,6 +91,14 @@ class Evidence:
     aggregate_tok_s: float | None = None
     peak_memory_gib: float | None = None
     note: str = ""
+    # What was measured, so a figure is never carried to another setup: the model (its name as
+    # the inventory or the publication gives it), the weights' size, the engine's version and
+    # flags, and how many GPUs served it.
+    model: str = ""
+    weight_bytes: float | None = None
+    engine_version: str = ""
+    build_flags: str = ""
+    gpu_count: int = 1
 
 
 @dataclass(frozen=True)
@@ -115,9 +123,12 @@ class QualityEvidence:
 class EngineBuilds:
     """What the team runs, where it changes what can start.
 
-    vllm_version: (major, minor) such as (0, 21); None = unknown (rules for older releases apply,
-    with a note). vllm_fp8_sm75: the vLLM build includes PR #29901 (FP8 Marlin on CC 7.5).
+    vllm_version: (major, minor) such as (0, 21), as stated or read from a registered endpoint
+    (vLLM's /version); None = unknown: a candidate starts when some release starts it, and the
+    answer names those releases. llamacpp_build: llama-server's build_info (its /props), shown
+    with the notes that depend on the build's date. `source` says where the versions came from.
     """
 
     vllm_version: tuple[int, int] | None = None
-    vllm_fp8_sm75: bool = False
+    llamacpp_build: str | None = None
+    source: str = ""

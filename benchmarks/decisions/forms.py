@@ -10,9 +10,10 @@ from django import forms
 from django.conf import settings
 from django.core.validators import MaxValueValidator
 
-from benchmarks.advisor import DEEPSEEK_R1_DISTILL_QWEN_7B, PRIORITIES, PRIORITY, GpuSpec, ModelSpec, Workload
-from benchmarks.decisions.selectors import (CC_RANGE, InputError, gpu_spec_from_host, model_spec_from_model,
-                                            parse_cc)
+from benchmarks.advisor import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, PRIORITIES, PRIORITY, AdviceInputError,
+                                EngineBuilds, GpuSpec, ModelSpec, Workload, validate_inputs)
+from benchmarks.decisions.selectors import (CC_RANGE, InputError, engine_builds_for, gpu_spec_from_host,
+                                            model_spec_from_model, parse_cc, parse_version)
 from benchmarks.forms import TextField
 from benchmarks.models import Host, Model
 
@@ -29,6 +30,8 @@ class Specs:
     variant_bytes: dict[str, float]
     host: str | None  # the registered host's name, when the GPU came from one
     model_source: str  # "registered" | "built-in"
+    builds: EngineBuilds = EngineBuilds()  # stated, else read from the registered endpoints
+    gpu_memory_utilization: float | None = None  # vLLM's; None = its default
 
 
 def _positive(value):
@@ -63,8 +66,11 @@ class DecisionForm(forms.Form):
     interconnect = forms.ChoiceField(choices=list(INTERCONNECTS.items()), required=False,
                                      initial="pcie", help_text="How the GPUs of the machine talk to each other.")
     model = IdChoiceField(queryset=Model.objects.prefetch_related("variants"), required=False,
-                          empty_label=f"{DEEPSEEK_R1_DISTILL_QWEN_7B.name} (built-in spec)",
-                          error_messages={"invalid_choice": "Pick a registered model (or none for the built-in)."})
+                          empty_label="— none: a built-in spec below —", label="Registered model",
+                          error_messages={"invalid_choice": "Pick a registered model (or none for a built-in one)."})
+    builtin_model = forms.ChoiceField(choices=[(name, name) for name in BUILTIN_MODELS], required=False,
+                                      initial=DEEPSEEK_R1_DISTILL_QWEN_7B.name, label="Built-in model",
+                                      help_text="Used when no registered model is picked.")
     users = forms.IntegerField(min_value=1, max_value=1024, initial=8, label="Concurrent users",
                                help_text="Requests in flight at once.")
     prompt_tokens = forms.IntegerField(min_value=1, initial=512)
@@ -78,15 +84,22 @@ class DecisionForm(forms.Form):
                                help_text="Optional: time per output token.")
     min_user_tok_s = forms.FloatField(required=False, max_value=1e6, validators=[_positive],
                                       label="Target: per-user decode (tok/s)", help_text="Optional: at least this.")
+    vllm_version = TextField(max_length=20, required=False, label="vLLM version",
+                             help_text="e.g. 0.11. Blank: read from the endpoints registered on the host (their "
+                                       "/version), else the answer says which releases it holds for.")
+    gpu_memory_utilization = forms.FloatField(required=False, label="vLLM --gpu-memory-utilization",
+                                              help_text="A share of each GPU's memory, more than 0 and at most 1. "
+                                                        "Blank = vLLM's 0.9.")
     priority = forms.ChoiceField(choices=[(key, p.label) for key, p in PRIORITY.items()], required=False,
                                  initial=PRIORITIES[0], widget=forms.RadioSelect)
 
     FIELDSETS = (
         ("host", "The GPU: a registered host…", ("host",)),
         ("stated-gpu", "…or state it", ("gpu_name", "compute_capability", "vram_gib", "gpu_count", "interconnect")),
-        ("model", "The model", ("model",)),
+        ("model", "The model", ("model", "builtin_model")),
         ("workload", "The workload", ("users", "prompt_tokens", "output_tokens", "context_tokens")),
         ("targets", "Targets (optional)", ("ttft_p90_ms", "tpot_ms", "min_user_tok_s")),
+        ("engines", "The engines (optional)", ("vllm_version", "gpu_memory_utilization")),
         ("priority", "What matters most", ("priority",)),
     )
     STATED_GPU = (("gpu_name", "the GPU model, e.g. Tesla V100-PCIE-16GB"),
@@ -109,6 +122,18 @@ class DecisionForm(forms.Form):
             raise forms.ValidationError(f"Give a compute capability such as 7.0 or 9.0 ({CC_RANGE}).")
         return text
 
+    def clean_vllm_version(self):
+        text = self.cleaned_data["vllm_version"].strip()
+        if text and parse_version(text) is None:
+            raise forms.ValidationError("Give a vLLM release such as 0.11 or 0.21.1.")
+        return text
+
+    def clean_gpu_memory_utilization(self):
+        value = self.cleaned_data["gpu_memory_utilization"]
+        if value is not None and not 0 < value <= 1:
+            raise forms.ValidationError(f"A share of the GPU's memory: more than 0 and at most 1 (got {value:g}).")
+        return value
+
     def clean(self):
         """What only shows once the fields are put together (a host without GPUs, a context the
         model cannot hold), then the advisor's specs."""
@@ -116,9 +141,15 @@ class DecisionForm(forms.Form):
         if self.errors:
             return data
         try:
-            self.specs = self._specs(data)
+            specs = self._specs(data)
+            validate_inputs(specs.model, specs.workload, specs.gpu, specs.gpu_memory_utilization)
+            self.specs = specs
         except InputError as e:
             self.add_error(e.field, e.message)
+        except AdviceInputError as e:  # what the advisor itself refuses, on the field it came from
+            for field, message in e.errors.items():
+                field = "host" if data.get("host") and field in ("gpu_count", "vram_gib") else field
+                self.add_error(field if field in self.fields else None, message[0].upper() + message[1:] + ".")
         return data
 
     def _specs(self, d: dict) -> Specs:
@@ -135,7 +166,7 @@ class DecisionForm(forms.Form):
         if d.get("model") is not None:
             model, variant_bytes = model_spec_from_model(d["model"])
         else:
-            model, variant_bytes = DEEPSEEK_R1_DISTILL_QWEN_7B, {}
+            model, variant_bytes = BUILTIN_MODELS[d.get("builtin_model") or DEEPSEEK_R1_DISTILL_QWEN_7B.name], {}
         prompt, output = d["prompt_tokens"], d["output_tokens"]
         context = d.get("context_tokens") or prompt + output
         if context < prompt + output:
@@ -147,8 +178,13 @@ class DecisionForm(forms.Form):
         workload = Workload(users=d["users"], prompt_tokens=prompt, output_tokens=output, context_tokens=context,
                             ttft_p90_ms=d.get("ttft_p90_ms"), tpot_ms=d.get("tpot_ms"),
                             min_user_tok_s=d.get("min_user_tok_s"), priority=d.get("priority") or PRIORITIES[0])
+        if d.get("vllm_version"):
+            builds = EngineBuilds(vllm_version=parse_version(d["vllm_version"]), source="as stated")
+        else:
+            builds = engine_builds_for(gpu.host_id, gpu.name, gpu.compute_capability)
         return Specs(gpu, model, workload, variant_bytes, host.name if host else None,
-                     "registered" if d.get("model") is not None else "built-in")
+                     "registered" if d.get("model") is not None else "built-in", builds,
+                     d.get("gpu_memory_utilization"))
 
     @property
     def inputs(self) -> dict:
@@ -158,6 +194,8 @@ class DecisionForm(forms.Form):
                 "compute_capability": d.get("compute_capability", ""), "vram_gib": d.get("vram_gib"),
                 "gpu_count": d.get("gpu_count") or 1, "interconnect": d.get("interconnect") or "pcie",
                 "model": d["model"].pk if d.get("model") else None,
+                "builtin_model": d.get("builtin_model") or DEEPSEEK_R1_DISTILL_QWEN_7B.name,
+                "vllm_version": d.get("vllm_version", ""), "gpu_memory_utilization": d.get("gpu_memory_utilization"),
                 **{k: d.get(k) for k in ("users", "prompt_tokens", "output_tokens", "context_tokens",
                                          "ttft_p90_ms", "tpot_ms", "min_user_tok_s")},
                 "priority": d.get("priority") or PRIORITIES[0]}

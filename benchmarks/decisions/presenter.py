@@ -124,5 +124,5 @@ def measure_next_links(result: dict) -> list[dict]:
                 + ([("quality", "on")] if s.get("quality") else []))
         out.append({**s, "label": candidate.label, "levels": levels, "endpoints": endpoints, "url": url,
                     "capped": len(levels) < len(s["concurrency_levels"]), "backend": candidate.backend,
-                    "quantization": VARIANT_QUANTIZATION[candidate.quantization]})
+                    "quantization": VARIANT_QUANTIZATION.get(candidate.quantization, candidate.quantization)})
     return out

@@ -2,6 +2,7 @@
 measured here (each level read as a comparison/advisor point), saved decisions."""
 from __future__ import annotations
 
+import json
 import re
 from functools import reduce
 from operator import or_
@@ -11,8 +12,8 @@ from django.http import Http404
 
 from django.utils.text import slugify
 
-from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, Evidence, GpuSpec, ModelSpec,
-                                QualityEvidence, published_v100_evidence, published_v100_quality)
+from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, EngineBuilds, Evidence, GpuSpec,
+                                ModelSpec, QualityEvidence, published_v100_evidence, published_v100_quality)
 from benchmarks.advisor.performance import gpu_key
 from benchmarks.engine.catalogue import ADVISOR_FIGURES
 from benchmarks.engine.points import QualityPoint
@@ -20,9 +21,12 @@ from benchmarks.models import Decision, Endpoint, Gpu, Host, LevelResult, Model,
 from benchmarks.selectors import decision_by_public_id, endpoint_label, level_point
 
 # Candidate.quantization -> Variant.quantization: how a registered endpoint maps to a candidate.
-VARIANT_QUANTIZATION = {"fp8": "fp8_e4m3", "q4_k_m": "gguf_q4_k_m", "awq": "awq"}
+# A candidate whose quantization the inventory cannot name (Q5_K_M) has no measured evidence.
+VARIANT_QUANTIZATION = {"fp8": "fp8_e4m3", "q4_k_m": "gguf_q4_k_m", "awq": "awq", "gptq": "gptq",
+                        "q8_0": "gguf_q8_0"}
 CANDIDATES = {c.key: c for c in DEFAULT_CANDIDATES}
-CANDIDATE_FOR = {(c.backend, VARIANT_QUANTIZATION[c.quantization]): c for c in DEFAULT_CANDIDATES}
+CANDIDATE_FOR = {(c.backend, VARIANT_QUANTIZATION[c.quantization]): c for c in DEFAULT_CANDIDATES
+                 if c.quantization in VARIANT_QUANTIZATION}
 CC_MIN, CC_MAX = (3, 0), (15, 9)  # the compute capabilities a GPU can state
 CC_RANGE = f"from {CC_MIN[0]}.{CC_MIN[1]} to {CC_MAX[0]}.{CC_MAX[1]}"
 EVIDENCE_LIMIT = 2000  # newest measured levels read per decision
@@ -128,6 +132,7 @@ def _evidence_row(level: LevelResult) -> Evidence | None:
         return None
     candidate = CANDIDATE_FOR[(endpoint.backend, endpoint.variant.quantization)]
     point = level_point(level)  # the one reader of a level's stored summaries
+    variant = endpoint.variant
     label = f"{run} · {endpoint.name} · {level.concurrency} concurrent"
     if point.flags:
         label += f" (flags: {', '.join(point.flags)})"
@@ -137,7 +142,30 @@ def _evidence_row(level: LevelResult) -> Evidence | None:
         prompt_tokens=run.prompt_tokens, output_tokens=run.output_tokens,
         url=f"{run.get_absolute_url()}#level-{level.public_id}", host_id=str(endpoint.host_id),
         note=f"{len(point.flags)} validity flags" if point.flags else "",
+        model=variant.model.name, weight_bytes=float(variant.size_bytes) if variant.size_bytes else None,
+        engine_version=served_version(run.server_config.get(str(endpoint.id))) or endpoint.engine_version,
+        build_flags=endpoint.launch_command or (json.dumps(endpoint.launch_flags, sort_keys=True)
+                                               if endpoint.launch_flags else ""),
+        gpu_count=max(len(endpoint.gpus.all()), endpoint.tensor_parallel_size or 1, 1),
         **{f.name: point.get(f) for f in ADVISOR_FIGURES})
+
+
+def served_version(identity) -> str:
+    """The version a server said it was when a run read its identity (vLLM /version, llama-server
+    /props build_info); "" when it said nothing."""
+    if not isinstance(identity, dict):
+        return ""
+    value = identity.get("version") or identity.get("build_info") or ""
+    return str(value)[:100] if isinstance(value, (str, int, float)) else ""
+
+
+_VERSION_RE = re.compile(r"v?(\d{1,3})\.(\d{1,3})")
+
+
+def parse_version(text) -> tuple[int, int] | None:
+    """'0.11.0', 'v0.21.1rc2' -> (0, 11), (0, 21); None when it is no release number."""
+    m = _VERSION_RE.match(str(text or "").strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def evidence_from_db(*, limit: int = EVIDENCE_LIMIT, published: bool = True) -> EvidenceList:
@@ -146,11 +174,11 @@ def evidence_from_db(*, limit: int = EVIDENCE_LIMIT, published: bool = True) -> 
     levels = _measured_levels()
     candidate_q = _candidate_q()
     rows = list(levels.filter(candidate_q)
-                .select_related("run", "endpoint__variant", "endpoint__host")
+                .select_related("run", "endpoint__variant__model", "endpoint__host")
                 .prefetch_related(Prefetch("endpoint__gpus", queryset=Gpu.objects.order_by("index")),
                                   Prefetch("endpoint__host__gpus", queryset=Gpu.objects.order_by("index")))
                 .defer("gpu_series", "server_series", "client", "server_summary",
-                       "run__preflight", "run__server_config", "run__flags", "run__error")
+                       "run__preflight", "run__flags", "run__error")
                 .order_by("-run__created", "-run_id", "-pk")[:limit + 1])
     skipped = {}
     if len(rows) > limit:
@@ -215,6 +243,8 @@ def endpoints_for(candidate_key: str, host_id: str | None, gpu_name: str, cc: tu
     """Enabled endpoints that serve this candidate: on the host, or (a stated GPU) on any GPU of
     the same model or compute capability."""
     c = CANDIDATES[candidate_key]
+    if c.quantization not in VARIANT_QUANTIZATION:
+        return []
     qs = Endpoint.objects.filter(enabled=True, backend=c.backend,
                                  variant__quantization=VARIANT_QUANTIZATION[c.quantization])
     if host_id is not None:
@@ -225,3 +255,33 @@ def endpoints_for(candidate_key: str, host_id: str | None, gpu_name: str, cc: tu
         if g and (gpu_key(g.name) == gpu_key(gpu_name) or parse_cc(g.compute_capability) == tuple(cc)):
             matches.append(e)
     return matches
+
+
+def engine_builds_for(host_id: str | None, gpu_name: str, cc: tuple) -> EngineBuilds:
+    """The engine versions the registered endpoints serving from this host (or, for a stated GPU,
+    from a GPU like it) said they were in their newest run, else their registered engine_version.
+    The lowest vLLM version wins: the answer must hold for every server the team runs."""
+    qs = Endpoint.objects.filter(enabled=True, backend__in=("vllm", "llamacpp")).select_related("host")
+    qs = qs.filter(host_id=int(host_id)) if host_id is not None else qs.prefetch_related("gpus", "host__gpus")
+    vllm, llamacpp, sources = [], [], []
+    for e in qs:
+        if host_id is None:
+            g = endpoint_gpu(e)
+            if not g or not (gpu_key(g.name) == gpu_key(gpu_name) or parse_cc(g.compute_capability) == tuple(cc)):
+                continue
+        run = (Run.objects.filter(endpoints=e, server_config__has_key=str(e.id)).order_by("-created")
+               .only("server_config").first())
+        said = served_version(run.server_config.get(str(e.id))) if run else ""
+        version = said or e.engine_version
+        if not version:
+            continue
+        where = f"{e.name} ({'its /version' if e.backend == 'vllm' else 'its /props'} in its newest run)" \
+            if said else f"{e.name} (as registered)"
+        if e.backend == "vllm" and parse_version(version):
+            vllm.append(parse_version(version))
+            sources.append(f"vLLM {version} from {where}")
+        elif e.backend == "llamacpp":
+            llamacpp.append(version)
+            sources.append(f"llama.cpp {version} from {where}")
+    return EngineBuilds(vllm_version=min(vllm) if vllm else None, llamacpp_build=llamacpp[0] if llamacpp else None,
+                        source="; ".join(sources))

@@ -11,7 +11,8 @@ def decision_compute(*, specs: Specs) -> dict:
     """The advisor's answer for these (validated) specs, as JSON; nothing saved."""
     evidence = evidence_from_db()
     rec = advise(specs.gpu, specs.model, specs.workload, evidence, variant_bytes=specs.variant_bytes or None,
-                 quality=quality_evidence_from_db())
+                 quality=quality_evidence_from_db(), builds=specs.builds,
+                 gpu_memory_utilization=specs.gpu_memory_utilization)
     result = rec.to_dict()
     result["host"] = specs.host
     result["model_source"] = specs.model_source
