@@ -515,6 +515,11 @@ def test_the_api_rejects_a_malformed_body_with_the_reason(member, body, message)
     ("host", 10**30, "Pick a registered host"),
     ("ttft_p90_ms", -1, "greater than 0"),
     ("priority", ["throughput"], "Select a valid choice"),
+    ("users", 2.5, "Enter a whole number"),
+    ("gpu_memory_utilization", 1.5, "at most 1"),  # was "24 GiB usable" on a 16 GiB card
+    ("gpu_memory_utilization", 0, "more than 0"),
+    ("vllm_version", "latest", "such as 0.11"),
+    ("builtin_model", "Llama-70B", "Select a valid choice"),
 ])
 def test_the_api_answers_field_errors(member, field, value, message):
     r = api(member, {**V100_JSON, field: value})
@@ -645,3 +650,70 @@ def test_a_decision_saved_before_figures_took_the_catalogue_s_names_shows_the_sa
     assert presenter.result_from_stored(old) == decision.result
     Decision.objects.filter(pk=decision.pk).update(result=old)
     assert shown() == new
+
+
+# --- what the issue on evidence, versions and the readable page asked -------------------------------
+
+def test_the_form_answers_bad_engine_inputs_on_their_fields(member):
+    r = member.post(reverse("decision-new"), form(users="2.5", gpu_memory_utilization="1.5"))
+    assert r.status_code == 200 and not Decision.objects.exists()
+    assert "Enter a whole number" in " ".join(r.context["form"].errors["users"])
+    assert "at most 1" in " ".join(r.context["form"].errors["gpu_memory_utilization"])
+
+
+def test_a_built_in_14b_is_never_answered_with_the_7bs_published_figures(member):
+    r = api(member, {**V100_JSON, "gpu_count": 2, "builtin_model": "DeepSeek-R1-Distill-Qwen-14B"})
+    assert r.status_code == 200, r.content
+    rec = r.json()["recommendation"]
+    assert rec["model"]["name"] == "DeepSeek-R1-Distill-Qwen-14B"
+    q4 = next(c for c in rec["ranked"] if c["key"] == "llamacpp-q4_k_m")
+    assert q4["evidence"] == [] and q4["predicted"]["decode_tok_s_p50"]["value"] not in (56.0, 29.4)
+    assert any("measured on another model" in c for c in rec["caveats"])
+
+
+def test_the_vllm_version_is_read_from_the_endpoints_registered_on_the_host(member):
+    host = Host.objects.create(name="v100-box", interconnect="pcie")
+    Gpu.objects.create(host=host, index=0, name="Tesla V100-PCIE-16GB", memory_total_mib=16384, compute_capability="7.0")
+    served = endpoint(name="v100-vllm", backend="vllm", host=host.name, quantization="gptq")
+    run = Run.objects.create(title="probe", prompt_tokens=512, output_tokens=100, temperature=0.7,
+                             concurrency_levels=[1], requests_per_level=1, warmup_requests=0, status=Run.SUCCEEDED,
+                             server_config={str(served.id): {"backend": "vllm", "version": "0.21.1", "notes": []}})
+    run.endpoints.set([served])
+    rec = api(member, {"host": host.pk, "users": 1, "prompt_tokens": 512, "output_tokens": 100}).json()["recommendation"]
+    assert rec["builds"]["vllm_version"] == [0, 21] and "its /version in its newest run" in rec["builds"]["source"]
+    gptq = next(c for c in rec["ranked"] if c["key"] == "vllm-gptq")
+    assert not gptq["eligible"] and "with vLLM v0.21" in gptq["ineligible_reasons"][0]
+    # stated, the version wins over the endpoint's
+    stated = api(member, {"host": host.pk, "users": 1, "prompt_tokens": 512, "output_tokens": 100,
+                          "vllm_version": "0.11"}).json()["recommendation"]
+    assert next(c for c in stated["ranked"] if c["key"] == "vllm-gptq")["eligible"]
+    # not given and no server to read it from: the answer says which releases it holds for
+    served.enabled = False
+    served.save()
+    loose = api(member, V100_JSON).json()["recommendation"]
+    assert any("depends on the vLLM version" in n["text"] for n in loose["hardware_notes"])
+
+
+def test_the_page_leads_with_the_verdict_its_reasons_and_the_command(member):
+    page = member.post(reverse("decision-new"), form(), follow=True).content.decode()
+    head = page.split('id="hardware-notes"')[0]
+    assert head.index('id="recommendation"') < head.index('id="why"') < head.index('id="launch-command"')
+    assert head.count("<li>", head.index('id="why"'), head.index("</ol>")) == 3
+    command = page.split('id="launch-command">')[1].split("</pre>")[0]
+    assert command.startswith("llama-server -m ") and "-c 65536 --parallel 8 -ngl 99 -fa on" in command
+    assert "-DCMAKE_CUDA_ARCHITECTURES=70" in page.split('id="build-command">')[1].split("</pre>")[0]
+    # the breakdowns are folded, each caveat said once
+    assert '<section class="candidate' in page and "<details open" not in page.split('id="candidates"')[1]
+    caveats = page.split('id="caveats">')[1].split("</ul>")[0].split("<li>")[1:]
+    assert len(caveats) == len(set(caveats))
+
+
+def test_measure_this_prefills_a_run_of_the_recommendation(member):
+    host, run, fp8, q4 = h200_setup(900.0, 349.0)
+    page = member.post(reverse("decision-new"), form(host=host.pk, users=8, priority="throughput"), follow=True)
+    link = page.context["measure_this"]
+    assert link["candidate"] == "vllm-fp8" and link["url"] in page.content.decode().replace("&amp;", "&")
+    f = member.get(link["url"]).context["form"]  # the run form's own fields, pre-filled
+    assert [str(v) for v in f["endpoints"].value()] == [str(fp8.pk)]
+    assert f["concurrency_levels"].value() == "1,2,4,8"
+    assert str(f["prompt_tokens"].value()) == "512" and str(f["output_tokens"].value()) == "100"

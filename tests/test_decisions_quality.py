@@ -187,7 +187,7 @@ def test_the_api_answers_each_candidate_s_quality():
     assert by_key["llamacpp-q4_k_m"]["quality"]["how"] == "measured"
     assert by_key["vllm-fp8"]["quality"]["how"] == "published"
     assert by_key["vllm-fp8"]["quality"]["figures"] == {"perplexity": 6.15}
-    assert result["quality_basis"]["figure"] == "kl_mean" and result["version"] == 3
+    assert result["quality_basis"]["figure"] == "kl_mean" and result["version"] >= 3
 
 
 @pytest.mark.django_db

@@ -19,9 +19,11 @@ from .specs import PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelS
 
 PRIORITY_PHRASES = {key: p.phrase for key, p in PRIORITY.items()}
 QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the speed evidence
-# Of Recommendation.to_dict(): 3 adds each candidate's quality and the quality basis; 2 names
-# figures as the catalogue does; 1 (no "version") named them ttft_p50_ms-style.
-RESULT_VERSION = 3
+# Of Recommendation.to_dict(): 4 adds the verdict's reasons (why), each candidate's launch command,
+# estimate, releases and capacity, predicted bands; 3 adds each candidate's quality and the quality
+# basis; 2 names figures as the catalogue does; 1 (no "version") named them ttft_p50_ms-style.
+# Every addition is optional to the reader (presenter.result_from_stored).
+RESULT_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -494,8 +496,11 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
     # The top one, if the evidence backs it: known priority figure, or targets shown to be met,
     # or it is the only one that can start and fit (said so, with low confidence).
     # An estimate never stands in for targets it cannot check.
-    guessed = top is not None and top.priority_how == "estimated" and bool(top.meets_targets) \
-        and top.meets_all is None
+    # An estimate is only compared with measured figures or other estimates: one candidate's engine
+    # with nothing to fit its efficiency on leaves the comparison open (measure next).
+    guessed = top is not None and top.priority_how == "estimated" and (
+        bool(top.meets_targets) and top.meets_all is None
+        or any(r.priority_value is None for r in runnable))
     rec = top if top and top.meets_all is not False and not guessed and (
         top.priority_value is not None or (top.meets_targets and top.meets_all)
         or len(runnable) == 1) else None
@@ -562,9 +567,15 @@ def _summary(gpu, workload, results, runnable, rec, candidates) -> str:
     if all(r.meets_all is False for r in runnable):
         return (f"No candidate is known to meet the targets at {users_str(workload.users)}; the "
                 f"closest by {phrase} is {runnable[0].label}.{tail}")
-    meeting = " that meet the targets" if any(r.meets_targets for r in runnable) else ""
     missing = [r.label for r in runnable if r.meets_all is False]
     missing = f" {' and '.join(missing)} miss the targets." if missing else ""
+    if runnable[0].priority_how == "estimated":
+        unknown = [r.label for r in runnable if r.priority_value is None]
+        open_ = (f"nothing to estimate {', '.join(unknown)} from" if unknown
+                 else "an estimate cannot check the targets")
+        return (f"Only estimates for {load}: {runnable[0].label} first, {runnable[0].priority_text}; "
+                f"{open_}: measure next.{missing}{tail}")
+    meeting = " that meet the targets" if any(r.meets_targets for r in runnable) else ""
     return f"No candidate that can run here has figures for {load}{meeting}: measure next.{missing}{tail}"
 
 

@@ -13,7 +13,8 @@ DATASHEETS = "NVIDIA product datasheets (memory bandwidth; dense FP16 tensor TFL
 class GpuPeak:
     name: str
     bandwidth_gbs: float  # GB/s, 1e9 bytes
-    fp16_tflops: float  # dense, the tensor cores' FP16 (FP32 accumulate on GeForce cards)
+    fp16_tflops: float  # dense, the tensor cores' FP16 (FP32 accumulate on GeForce cards); it only
+    # bounds prefill and large batches, where decode stops being bound by bandwidth
     words: tuple[str, ...]  # every one must appear in the reported name (lower case)
     source: str = DATASHEETS
 
@@ -31,10 +32,19 @@ PEAKS: tuple[GpuPeak, ...] = (
     GpuPeak("A100 80GB (SXM)", 2039, 312, ("a100", "sxm4", "80gb")),
     GpuPeak("A100 80GB (PCIe)", 1935, 312, ("a100", "80gb")),
     GpuPeak("A100 40GB", 1555, 312, ("a100",)),
+    GpuPeak("GeForce RTX 3060", 360, 25.6, ("3060",)),
+    GpuPeak("GeForce RTX 3070", 448, 40.6, ("3070",)),
+    GpuPeak("GeForce RTX 3080", 760, 59.5, ("3080",)),
     GpuPeak("GeForce RTX 3090", 936, 71, ("3090",)),
+    GpuPeak("A30", 933, 165, ("a30",)),
+    GpuPeak("A40", 696, 150, ("a40",)),
+    GpuPeak("RTX A6000", 768, 155, ("a6000",)),
+    GpuPeak("GeForce RTX 4070", 504, 58, ("4070",)),
+    GpuPeak("GeForce RTX 4080", 717, 97.5, ("4080",)),
     GpuPeak("GeForce RTX 4090", 1008, 165, ("4090",)),
     GpuPeak("L4", 300, 121, ("l4",)),
     GpuPeak("L40S", 864, 362, ("l40s",)),
+    GpuPeak("L40", 864, 181, ("l40",)),
     GpuPeak("H100 (PCIe)", 2000, 756, ("h100", "pcie")),
     GpuPeak("H100 NVL", 3900, 835, ("h100", "nvl")),
     GpuPeak("H100 (SXM)", 3350, 989, ("h100",)),

@@ -1,7 +1,8 @@
 """What the decision page shows of a saved result, and the "measure this next" links.
 
 Saved results are read through `result_from_stored`, which reads every version the advisor has
-written (Recommendation.to_dict: 3 adds each candidate's quality and the quality basis; 2 names
+written (Recommendation.to_dict: 4 adds the verdict's three reasons, each candidate's launch command,
+estimate, releases and capacity; 3 adds each candidate's quality and the quality basis; 2 names
 figures as the metric catalogue does; 1, with no "version", named them ttft_p50_ms, decode_tok_s,
 ...). Labels and units are the catalogue's.
 """
@@ -44,7 +45,10 @@ def result_from_stored(result: dict) -> dict:
     if version < 3:
         result = {**result, "quality_basis": result.get("quality_basis"),
                   "ranked": [{**c, "quality": c.get("quality")} for c in result["ranked"]]}
-    return {**result, "version": 3}
+    if version < 4:  # no verdict lines, launch commands, estimates or capacity: the page leaves them out
+        result = {**result, "why": result.get("why") or [],
+                  "ranked": [{"launch": None, "estimate": "", "releases": "", **c} for c in result["ranked"]]}
+    return {**result, "version": 4}
 
 
 def _quality(q: dict | None) -> dict | None:
@@ -78,7 +82,7 @@ def decision_display(stored: dict) -> dict:
     for c in result["ranked"]:
         refs = {e["id"]: {**e, "source": _source_of(e)} for e in c["evidence"]}
         predicted = [{"metric": m, "label": figure(m).title, "definition": figure(m).metric.definition,
-                      "value": p["value"], "how": p["how"], "note": p["note"],
+                      "value": p["value"], "how": p["how"], "note": p["note"], "band": p.get("band"),
                       "evidence": [refs[i] for i in p["evidence_ids"] if i in refs]}
                      for m in METRICS if (p := c["predicted"].get(m))]  # in the catalogue's order
         candidates.append({
@@ -105,24 +109,52 @@ def decision_display(stored: dict) -> dict:
     }
 
 
-def measure_next_links(result: dict) -> list[dict]:
-    """Each suggested run with the registered endpoints that can measure it and a link that
-    pre-fills the run form; `url` is None when no endpoint serves that candidate there."""
-    out = []
+def _levels(users: int) -> list[int]:
+    """1, powers of two, and the workload's own level (as the advisor suggests them)."""
+    levels, n = {1, users}, 2
+    while n < users:
+        levels.add(n)
+        n *= 2
+    return sorted(levels)
+
+
+def _link(result: dict, suggestion: dict) -> dict:
+    """A suggested run with the registered endpoints that can measure it and a link that pre-fills
+    the run form (its fields: endpoints, concurrency_levels, prompt_tokens, output_tokens, title,
+    quality); `url` is None when no endpoint serves that candidate there."""
     gpu = result["gpu"]
-    for s in result.get("measure_next", []):
-        candidate = CANDIDATES[s["candidate"]]
-        levels = [n for n in s["concurrency_levels"] if n <= settings.MAX_CONCURRENCY]
-        endpoints = endpoints_for(s["candidate"], s["host_id"], gpu["name"], gpu["compute_capability"])
-        title = f"Measure {candidate.label} at {s['prompt_tokens']}/{s['output_tokens']} tokens: {s['why']}"[:200]
-        url = None
-        if endpoints and levels:
-            url = reverse("run-new") + "?" + urlencode(
-                [("endpoints", e.name) for e in endpoints]  # names: the page is public, ids are not
-                + [("concurrency_levels", ",".join(map(str, levels))), ("prompt_tokens", s["prompt_tokens"]),
-                   ("output_tokens", s["output_tokens"]), ("title", title)]
-                + ([("quality", "on")] if s.get("quality") else []))
-        out.append({**s, "label": candidate.label, "levels": levels, "endpoints": endpoints, "url": url,
-                    "capped": len(levels) < len(s["concurrency_levels"]), "backend": candidate.backend,
-                    "quantization": VARIANT_QUANTIZATION.get(candidate.quantization, candidate.quantization)})
-    return out
+    s = suggestion
+    candidate = CANDIDATES[s["candidate"]]
+    levels = [n for n in s["concurrency_levels"] if n <= settings.MAX_CONCURRENCY]
+    endpoints = endpoints_for(s["candidate"], s["host_id"], gpu["name"], gpu["compute_capability"])
+    title = f"Measure {candidate.label} at {s['prompt_tokens']}/{s['output_tokens']} tokens: {s['why']}"[:200]
+    url = None
+    if endpoints and levels:
+        url = reverse("run-new") + "?" + urlencode(
+            [("endpoints", e.name) for e in endpoints]  # names: the page is public, ids are not
+            + [("concurrency_levels", ",".join(map(str, levels))), ("prompt_tokens", s["prompt_tokens"]),
+               ("output_tokens", s["output_tokens"]), ("title", title)]
+            + ([("quality", "on")] if s.get("quality") else []))
+    return {**s, "label": candidate.label, "levels": levels, "endpoints": endpoints, "url": url,
+            "capped": len(levels) < len(s["concurrency_levels"]), "backend": candidate.backend,
+            "quantization": VARIANT_QUANTIZATION.get(candidate.quantization, candidate.quantization)}
+
+
+def measure_next_links(result: dict) -> list[dict]:
+    """Each suggested run, with its endpoints and pre-filled run link."""
+    return [_link(result, s) for s in result.get("measure_next", [])]
+
+
+def measure_this_link(result: dict) -> dict | None:
+    """"Measure this" for the recommendation: its suggested run when it has one, else a run of it at
+    the decision's load and lengths (to confirm what was recommended); None with no recommendation."""
+    key = result.get("recommended")
+    if not key or key not in CANDIDATES:
+        return None
+    suggested = next((s for s in result.get("measure_next", []) if s["candidate"] == key), None)
+    if suggested is None:
+        w = result["workload"]
+        suggested = {"candidate": key, "concurrency_levels": _levels(w["users"]), "prompt_tokens": w["prompt_tokens"],
+                     "output_tokens": w["output_tokens"], "host_id": result["gpu"].get("host_id"),
+                     "why": "confirm the recommendation", "quality": False}
+    return _link(result, suggested)
