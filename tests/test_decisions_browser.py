@@ -78,3 +78,31 @@ def test_a_member_ranks_by_least_quality_loss_and_the_page_fits_1366_pixels(brow
     if os.environ.get("DECISION_SCREENSHOTS"):
         page.screenshot(path=os.environ["DECISION_SCREENSHOTS"].replace(".png", "-quality.png"), full_page=True)
     assert page.js_errors == []
+
+
+def test_the_verdict_reasons_and_command_come_first_and_the_page_fits_1366_pixels(browser, live_server):
+    page = watched(browser.new_page(viewport={"width": 1366, "height": 768}))
+    decide_in_the_browser(page, live_server, gpu="Tesla V100-PCIE-16GB", cc="7.0", vram="16", users="8",
+                          priority="throughput")
+    assert page.locator("#recommendation").inner_text() == "Run llama.cpp Q4_K_M"
+    # the verdict, its three reasons and the command fit the first screen
+    assert page.locator("#why li").count() == 3
+    for selector in ("#recommendation", "#why", "#launch-command", "#copy-command"):
+        box = page.locator(selector).bounding_box()
+        assert box and box["y"] + box["height"] <= 768, (selector, box)
+    assert "-c 65536 --parallel 8 -ngl 99 -fa on" in page.locator("#launch-command").inner_text()
+    if os.environ.get("DECISION_SCREENSHOTS"):
+        page.screenshot(path=os.environ["DECISION_SCREENSHOTS"].replace(".png", "-verdict.png"))
+    page.click("#copy-command")
+    page.wait_for_function("() => document.querySelector('#copy-command + .copy-status').textContent !== ''")
+    # the breakdowns are folded until asked for
+    fp8 = page.locator("#candidate-vllm-fp8")
+    assert not fp8.locator("ul.reasons").is_visible()
+    fp8.locator("summary").first.click()
+    assert fp8.locator("ul.reasons").is_visible()
+    # nothing wider than the screen: the page, the tables, the commands
+    widths = page.evaluate("""() => ({page: document.documentElement.scrollWidth,
+        screen: document.documentElement.clientWidth,
+        widest: Math.max(...[...document.querySelectorAll('table, pre')].map(e => e.getBoundingClientRect().right))})""")
+    assert widths["page"] <= widths["screen"] and widths["widest"] <= widths["screen"], widths
+    assert page.js_errors == []

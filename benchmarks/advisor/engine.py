@@ -523,6 +523,9 @@ def _why(gpu: GpuSpec, workload: Workload, results: list[CandidateResult], rec: 
     if rec is None:
         return []
     text = rec.priority_text
+    if text and rec.evidence_basis and rec.priority_how not in ("estimated", "computed") \
+            and rec.evidence_basis not in text:
+        text += f", {rec.evidence_basis}"
     first = (f"{PRIORITY_PHRASES[workload.priority][0].upper()}{PRIORITY_PHRASES[workload.priority][1:]}: {text}."
              if text else f"{rec.label} is the only candidate that can start and fit; its figures at this "
                           f"load are unknown.")
