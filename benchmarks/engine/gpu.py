@@ -616,3 +616,42 @@ def summary(samples: list[GpuSample], ecc_before: dict | None = None,
 def not_sampled(why: str) -> GpuSummary:
     """The summary of a level whose GPUs were not sampled, saying why."""
     return GpuSummary(status=why)
+
+
+# ---------------------------------------------------------------------------------- one reading
+@dataclass(frozen=True)
+class MemoryNow:
+    """GPU memory at one moment: each GPU's used MiB, and what NVML attributes to the given
+    processes (pid -> MiB, summed over GPUs; None where NVML does not say, as in containers
+    that hide host pids). `status` is "ok" or why nothing could be read."""
+
+    status: str
+    used_mib: dict[int, float] = field(default_factory=dict)
+    process_mib: dict[int, float | None] = field(default_factory=dict)
+
+
+def memory_now(pids=(), indices=None, nvml=None) -> MemoryNow:
+    """One reading of the GPUs (all of them, or `indices`) for a server's processes `pids`.
+    Never raises for a missing GPU or driver."""
+    nv = nvml if nvml is not None else pynvml
+    status = _start(nv)
+    if status != "ok":
+        return MemoryNow(status=status)
+    wanted = {int(p) for p in pids}
+    used: dict[int, float] = {}
+    per_pid: dict[int, float | None] = {}
+    try:
+        for index in (range(nv.nvmlDeviceGetCount()) if indices is None else indices):
+            sample = read_sample(nv, nv.nvmlDeviceGetHandleByIndex(index), index, time.perf_counter())
+            if sample.memory_used_mib is not None:
+                used[index] = sample.memory_used_mib
+            for pid, mib in sample.process_memory_mib.items():
+                if pid in wanted:  # a process on several GPUs: its MiB summed
+                    per_pid[pid] = mib if per_pid.get(pid) is None else per_pid[pid] + (mib or 0.0)
+        return MemoryNow(status="ok", used_mib=used, process_mib=per_pid)
+    except Exception as exc:
+        if not _is_nvml_error(exc):
+            raise
+        return MemoryNow(status=f"NVML error: {exc}")
+    finally:
+        _shutdown(nv)
