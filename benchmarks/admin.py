@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from django.db.models.constants import LOOKUP_SEP
 
 from benchmarks import services
-from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, Variant
+from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, ServerLaunch, ServerRecipe, Variant
 
 # Never a filter, search or ordering on these, in any list (a "1 endpoint" or "0" answer to
 # ?api_key__startswith=... gives the key away one character at a time).
@@ -131,6 +131,31 @@ class EndpointAdmin(InventoryAdmin):
             self.message_user(request, form.api_key_note, messages.WARNING)
 
 
+@admin.register(ServerRecipe)
+class ServerRecipeAdmin(InventoryAdmin):
+    """Staff define recipes; whether a host starts one is its worker's own decision (LAB_*)."""
+
+    list_display = ("name", "host", "backend", "variant", "executable", "model_path", "sweep_label", "enabled")
+    list_filter = ("backend", "host", "enabled")
+    search_fields = ("name", "executable", "model_path", "notes")
+    readonly_fields = ("created",)
+
+    @admin.display(description="sweep")
+    def sweep_label(self, recipe):
+        return "; ".join(f"{flag} {', '.join(map(str, values))}" for flag, values in (recipe.sweep or {}).items()) or "—"
+
+
+class LaunchInline(admin.TabularInline):
+    model = ServerLaunch
+    extra = 0
+    can_delete = False
+    fields = ("recipe", "setting", "status", "endpoint", "started_at", "finished_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
 class LevelInline(admin.TabularInline):
     model = LevelResult
     extra = 0
@@ -150,7 +175,7 @@ class RunAdmin(InventoryAdmin):
     search_fields = ("title", "public_id", "owner__username")
     readonly_fields = ("public_id", "status", "created", "started", "finished", "progress_done",
                        "progress_total", "progress_note", "error", "preflight", "queue_name")
-    inlines = [LevelInline]
+    inlines = [LaunchInline, LevelInline]
 
     # Runs are queued from the run form, whose bounds (rates, durations, requests, the run time
     # limit) the admin must not get around: here a run's workload and endpoints are read-only.

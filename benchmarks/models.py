@@ -16,6 +16,7 @@ from benchmarks.engine import backends
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Target, Workload
 from benchmarks.engine.gpu import GpuSummary
+from benchmarks.engine.launcher import PLACEHOLDERS, REFUSED_ENV, LaunchReport, ServerSpec, setting_label
 from benchmarks.engine.metrics import LevelSummary
 from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX, EvalText, builtin_text, scored_positions
 from benchmarks.engine.quality import QualityResult as QualityFigures
@@ -154,6 +155,10 @@ class Endpoint(models.Model):
     tensor_parallel_size = models.PositiveSmallIntegerField(default=1)
     gpus = models.ManyToManyField(Gpu, blank=True, related_name="endpoints")
     enabled = models.BooleanField(default=True)
+    # Set on the endpoints a worker made for the servers it starts from a recipe (one per recipe
+    # and setting); their base URL is the port of the latest start.
+    recipe = models.ForeignKey("ServerRecipe", models.PROTECT, null=True, blank=True, related_name="endpoints",
+                               editable=False)
     created = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -171,6 +176,166 @@ class Endpoint(models.Model):
     def target(self) -> Target:
         return Target(base_url=self.base_url, backend=self.backend, model=self.model_name,
                       api_key=self.api_key)
+
+
+MAX_SWEEP_VALUES = 16  # values of one sweep parameter
+MAX_SWEEP_SETTINGS = 64  # parameter sets of one recipe (the product of its parameters' values)
+_PLACEHOLDER_TEXT = ", ".join("{%s}" % p for p in PLACEHOLDERS)
+
+
+def _sweep_problem(sweep) -> str:
+    if not isinstance(sweep, dict):
+        return 'the sweep is an object of flags and their allowed values, e.g. {"--parallel": [4, 8, 16]}'
+    settings_count = 1
+    for flag, values in sweep.items():
+        if not flag.startswith("-") or len(flag) < 2 or any(c.isspace() for c in flag):
+            return f"{flag!r} is not a flag (it starts with - and has no spaces)"
+        if not isinstance(values, list) or not values:
+            return f"{flag}: the allowed values are a non-empty list, e.g. [4, 8, 16]"
+        if len(values) > MAX_SWEEP_VALUES:
+            return f"{flag}: at most {MAX_SWEEP_VALUES} values"
+        if any(isinstance(v, (dict, list)) or v is None or (isinstance(v, str) and not v.strip()) for v in values):
+            return f"{flag}: each value is a number, a word or true/false"
+        if len({json_key(v) for v in values}) != len(values):
+            return f"{flag}: a value is listed twice"
+        settings_count *= len(values)
+    if settings_count > MAX_SWEEP_SETTINGS:
+        return f"the sweep makes {settings_count} settings; at most {MAX_SWEEP_SETTINGS}"
+    return ""
+
+
+def json_key(value) -> str:
+    """A sweep value as it compares: 4 and 4.0 are one, "4" another, true not 1."""
+    return f"{type(value).__name__ if isinstance(value, (bool, str)) else 'n'}:{value!r}"
+
+
+def sweep_settings(sweep: dict) -> list[dict]:
+    """Every combination of the sweep's values, in order: {"--parallel": [1, 2]} ->
+    [{"--parallel": 1}, {"--parallel": 2}]; no sweep: one empty setting."""
+    out = [{}]
+    for flag, values in sweep.items():
+        out = [{**s, flag: v} for s in out for v in values]
+    return out
+
+
+class ServerRecipe(models.Model):
+    """How a host's worker starts a server itself: the executable, the model on the host and the
+    arguments as a list (no shell), with the placeholders {port}, {model} and {host}; sweep
+    parameters with the values a run may pick; environment variables. Whether the host lets it
+    start is decided on the host (the worker's LAB_* settings), when it is started."""
+
+    name = models.CharField(max_length=100, unique=True)
+    host = models.ForeignKey(Host, models.PROTECT, related_name="recipes",
+                             help_text="The host whose worker starts it.")
+    backend = models.CharField(max_length=20, choices=backends.choices)  # the registry's, read when used
+    executable = models.CharField(max_length=500, help_text="Absolute path on the host, one of its worker's "
+                                                            "LAB_EXECUTABLES, e.g. /opt/llama.cpp/bin/llama-server")
+    model_path = models.CharField("model path", max_length=500,
+                                  help_text="The model file or directory on the host, under one of its worker's "
+                                            "LAB_MODEL_DIRS; {model} in the arguments.")
+    variant = models.ForeignKey(Variant, models.SET_NULL, null=True, blank=True, related_name="recipes")
+    served_model_name = models.CharField("served model id", max_length=200, blank=True,
+                                         help_text="The id in /v1/models; blank = the only one served.")
+    args = models.JSONField("arguments", default=list, help_text=(
+        f'A list of strings, no shell; {_PLACEHOLDER_TEXT} are filled in, e.g. ["-m", "{{model}}", "--host", '
+        '"{host}", "--port", "{port}", "-ngl", "99", "--metrics"]. {port} is required: the worker picks it.'))
+    sweep = models.JSONField("sweep parameters", default=dict, blank=True, help_text=(
+        'Flags and the values a run may sweep, e.g. {"--parallel": [4, 8, 16], "-c": [8192, 32768]}; each '
+        "setting sets the flag (replacing it in the arguments, or added). true: the flag alone, false: left out."))
+    env = models.JSONField("environment variables", default=dict, blank=True,
+                           help_text='e.g. {"VLLM_CPU_KVCACHE_SPACE": "4"}. LD_*, PYTHON* and PATH are refused.')
+    listen_address = models.GenericIPAddressField(default="127.0.0.1", help_text=(
+        "{host}: loopback unless the recipe says otherwise (and the host's LAB_LISTEN_ADDRESSES allows it)."))
+    notes = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        errors = {}
+        if not isinstance(self.args, list) or not all(isinstance(a, str) for a in self.args):
+            errors["args"] = 'the arguments are a list of strings, e.g. ["--port", "{port}"]'
+        elif any("\x00" in a for a in self.args):
+            errors["args"] = "an argument holds a NUL character"
+        elif not any("{port}" in a for a in self.args):
+            errors["args"] = "the arguments must contain {port}: the worker picks the port from its own range"
+        problem = _sweep_problem(self.sweep)
+        if problem:
+            errors["sweep"] = problem
+        if not isinstance(self.env, dict) or not all(
+                isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in self.env.values()):
+            errors["env"] = 'the environment is an object of names and values, e.g. {"OMP_NUM_THREADS": "2"}'
+        else:
+            bad = [k for k in self.env if not k.isidentifier() or REFUSED_ENV.match(k)]
+            if bad:
+                errors["env"] = f"not allowed: {', '.join(bad)} (a name, and not LD_*, PYTHON* or PATH)"
+        for name in ("executable", "model_path"):
+            value = getattr(self, name) or ""
+            if value and not value.startswith("/"):
+                errors[name] = "an absolute path on the host"
+        if errors:
+            raise ValidationError(errors)
+
+    def settings(self, chosen: dict | None = None) -> list[dict]:
+        """The parameter sets a run measures: the sweep's values, or the ones a run chose
+        (`chosen`: flag -> values, a subset of the allowed ones)."""
+        sweep = dict(self.sweep or {})
+        for flag, values in (chosen or {}).items():
+            if flag in sweep:
+                keys = {json_key(v) for v in values}
+                sweep[flag] = [v for v in sweep[flag] if json_key(v) in keys]
+        return sweep_settings(sweep)
+
+    def spec(self, setting: dict) -> ServerSpec:
+        return ServerSpec(executable=self.executable, model_path=self.model_path, args=tuple(self.args),
+                          setting=dict(setting), env={k: str(v) for k, v in (self.env or {}).items()},
+                          listen_host=self.listen_address, backend=self.backend,
+                          served_model=self.served_model_name, label=self.setting_name(setting))
+
+    def setting_name(self, setting: dict) -> str:
+        label = setting_label(setting)
+        return f"{self.name} · {label}" if label else self.name
+
+
+class ServerLaunch(models.Model):
+    """One recipe at one setting in a run: the server the host's worker started (or refused, or
+    that did not start), its start-up and memory (`report`: the engine's LaunchReport, one
+    writer and one reader), and the endpoint its levels and quality are stored under."""
+
+    PENDING, REFUSED, DID_NOT_START, RUNNING, STOPPED = "pending", "refused", "did_not_start", "running", "stopped"
+    STATUSES = [(PENDING, "pending"), (REFUSED, "refused by the host"), (DID_NOT_START, "did not start"),
+                (RUNNING, "running"), (STOPPED, "measured and stopped")]
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    run = models.ForeignKey("Run", models.CASCADE, related_name="launches")
+    recipe = models.ForeignKey(ServerRecipe, models.PROTECT, related_name="launches")
+    setting_index = models.PositiveSmallIntegerField(default=0)
+    setting = models.JSONField(default=dict, blank=True)  # flag -> value
+    endpoint = models.ForeignKey(Endpoint, models.PROTECT, null=True, blank=True, related_name="launches")
+    status = models.CharField(max_length=20, choices=STATUSES, default=PENDING)
+    report = models.JSONField(default=dict, blank=True)  # LaunchReport.to_dict(); read it as `figures`
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "recipe__name", "setting_index"]
+        constraints = [models.UniqueConstraint(fields=["run", "recipe", "setting_index"],
+                                               name="launch_run_recipe_setting")]
+
+    def __str__(self):
+        return self.recipe.setting_name(self.setting)
+
+    @cached_property
+    def figures(self) -> LaunchReport:
+        return LaunchReport.from_dict(self.report)
+
+    @property
+    def label(self) -> str:
+        return setting_label(self.setting)
 
 
 class EvaluationText(models.Model):
@@ -202,6 +367,10 @@ class Run(models.Model):
     title = models.CharField(max_length=200, blank=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="runs")
     endpoints = models.ManyToManyField(Endpoint, related_name="runs")
+    # Servers the host's worker starts itself, each at every setting of its sweep (`sweep`:
+    # recipe id -> flag -> the values chosen; a recipe not in it sweeps all its values).
+    recipes = models.ManyToManyField(ServerRecipe, blank=True, related_name="runs")
+    sweep = models.JSONField(default=dict, blank=True)
     queue_name = models.CharField(max_length=100, blank=True)
     # The workload, as submitted.
     prompt_tokens = models.PositiveIntegerField(validators=[MinValueValidator(1)])

@@ -231,6 +231,20 @@ WORKER_HOST = os.environ.get("WORKER_HOST", "")
 GPU_SAMPLE_INTERVAL_S = float(os.environ.get("GPU_SAMPLE_INTERVAL_S", "0.2"))
 METRICS_SAMPLE_INTERVAL_S = float(os.environ.get("METRICS_SAMPLE_INTERVAL_S", "0.5"))
 
+# The lab: servers this host's worker may start itself from recipes. Decided here, on the host,
+# never in the database: the executables it may start and the folders models (and any path in a
+# recipe's arguments) may come from, comma-separated absolute paths; the addresses a server may
+# listen on; the ports it owns. A recipe outside them is refused with the reason. What it
+# started is recorded under LAB_STATE_DIR, so the next worker stops a server a killed one left.
+LAB_EXECUTABLES = os.environ.get("LAB_EXECUTABLES", "")
+LAB_MODEL_DIRS = os.environ.get("LAB_MODEL_DIRS", "")
+LAB_LISTEN_ADDRESSES = os.environ.get("LAB_LISTEN_ADDRESSES", "127.0.0.1,::1")
+LAB_PORTS = os.environ.get("LAB_PORTS", "18100-18199")
+LAB_STATE_DIR = Path(os.environ.get("LAB_STATE_DIR", VAR_DIR / "lab"))
+LAB_START_TIMEOUT_S = float(os.environ.get("LAB_START_TIMEOUT_S", "900"))  # start -> /health
+LAB_STOP_GRACE_S = float(os.environ.get("LAB_STOP_GRACE_S", "30"))  # SIGTERM -> SIGKILL
+LAB_FREED_TIMEOUT_S = float(os.environ.get("LAB_FREED_TIMEOUT_S", "60"))  # stopped -> memory given back
+
 # Fault tolerance (seconds).
 RUN_HEARTBEAT_S = float(os.environ.get("RUN_HEARTBEAT_S", "5"))
 RUN_HEARTBEAT_STALE_S = float(os.environ.get("RUN_HEARTBEAT_STALE_S", "60"))

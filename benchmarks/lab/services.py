@@ -1,0 +1,146 @@
+"""The lab on a host's worker: servers started from recipes, one per recipe and setting of its
+sweep, each measured with the run's levels and quality step and stopped before the next starts.
+
+What this host lets its worker start is read from the worker's own settings (LAB_*), never from
+the database. A server that does not start is stored as evidence (exit code or signal, log tail,
+cause) and the run goes on to the next.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from benchmarks.engine import launcher
+from benchmarks.engine.addresses import AddressPolicy
+from benchmarks.engine.client import Cancelled
+from benchmarks.engine.launcher import Allowlist, LaunchReport
+from benchmarks.models import Endpoint, Run, ServerLaunch, ServerRecipe
+
+log = logging.getLogger(__name__)
+FINISHED = (ServerLaunch.REFUSED, ServerLaunch.DID_NOT_START, ServerLaunch.STOPPED)
+
+
+def allowlist() -> Allowlist:
+    """This host's allowlist, from its worker's settings."""
+    return Allowlist.from_settings(settings.LAB_EXECUTABLES, settings.LAB_MODEL_DIRS, settings.LAB_PORTS,
+                                   settings.LAB_LISTEN_ADDRESSES)
+
+
+def launches_create(*, run: Run, recipes: list[ServerRecipe], sweep: dict) -> list[ServerLaunch]:
+    """One launch per recipe and setting of its sweep (`sweep`: recipe id -> flag -> the values
+    chosen; a recipe not in it measures every allowed value)."""
+    launches = []
+    for recipe in sorted(recipes, key=lambda r: r.name):
+        for index, setting in enumerate(recipe.settings(sweep.get(str(recipe.id)))):
+            launches.append(ServerLaunch(run=run, recipe=recipe, setting_index=index, setting=setting))
+    return ServerLaunch.objects.bulk_create(launches)
+
+
+def orphans_stop() -> list[dict]:
+    """Stop the servers a killed worker on this host left running (its records under
+    LAB_STATE_DIR), before anything is measured; the launch each belonged to keeps a note."""
+    stopped = launcher.reap_orphans(settings.LAB_STATE_DIR, settings.LAB_STOP_GRACE_S)
+    for rec in stopped:
+        log.warning("stopped a server left running by a worker that is gone: pid %s, port %s (%s): %s",
+                    rec.get("pid"), rec.get("port"), rec.get("label"), rec.get("stopped"))
+        with transaction.atomic():
+            launch = ServerLaunch.objects.select_for_update().filter(public_id=rec.get("launch") or "").first()
+            if launch is not None:
+                report = launch.figures
+                report.orphans_stopped.append({"pid": rec.get("pid"), "pgid": rec.get("pgid"), "port": rec.get("port"),
+                                               "processes": rec.get("members"), "stopped": rec.get("stopped"),
+                                               "at": timezone.now().isoformat()})
+                launch.report = report.to_dict()
+                launch.save(update_fields=["report"])
+    return stopped
+
+
+def _save(launch: ServerLaunch, report: LaunchReport, **fields) -> None:
+    launch.report = report.to_dict()
+    launch.status = {"refused": ServerLaunch.REFUSED, "did_not_start": ServerLaunch.DID_NOT_START,
+                     "running": ServerLaunch.RUNNING, "stopped": ServerLaunch.STOPPED}.get(report.status, launch.status)
+    for name, value in fields.items():
+        setattr(launch, name, value)
+    launch.save(update_fields=["report", "status", *fields])
+
+
+def lab_endpoint(*, launch: ServerLaunch, base_url: str, command: str) -> Endpoint:
+    """The endpoint the levels of a recipe at one setting are stored under: one per recipe and
+    setting, reused by every run, its base URL that of the latest start. Never offered in the
+    run form (not enabled: nothing serves there between runs)."""
+    recipe = launch.recipe
+    fields = dict(host=recipe.host, backend=recipe.backend, base_url=base_url, model_name=recipe.served_model_name,
+                  variant=recipe.variant, launch_command=command, launch_flags=launch.setting, enabled=False)
+    name = recipe.setting_name(launch.setting)[:100]
+    existing = Endpoint.objects.filter(recipe=recipe, launch_flags=launch.setting).first()
+    if existing is not None:
+        Endpoint.objects.filter(id=existing.id).update(**fields)
+        existing.refresh_from_db()
+        return existing
+    for candidate in (name, f"{name[:90]} (lab {recipe.id})"):
+        try:
+            with transaction.atomic():
+                return Endpoint.objects.create(name=candidate, recipe=recipe, **fields)
+        except IntegrityError:  # a registered endpoint already has that name
+            continue
+    return Endpoint.objects.create(name=f"lab {launch.public_id}", recipe=recipe, **fields)
+
+
+def lab_addresses() -> AddressPolicy:
+    """Where the worker may connect for a server it started itself: the deployment's networks
+    and loopback (where it listens unless its recipe says otherwise)."""
+    allowed = list(settings.ENDPOINT_ALLOWED_NETWORKS)
+    if allowed:
+        allowed += ["127.0.0.0/8", "::1/128", *(f"{a}/{128 if ':' in a else 32}" for a in allowlist().listen_hosts
+                                                if a not in ("0.0.0.0", "::"))]
+    return AddressPolicy.from_setting(allowed)
+
+
+def launch_execute(*, run: Run, launch: ServerLaunch, measure: Callable[[Endpoint], None],
+                   should_stop: Callable[[], bool], note: Callable[[str], None] = lambda text: None) -> None:
+    """Start one recipe at one setting on this host, measure it (`measure`: the run's levels
+    and quality step against its endpoint), stop it and check its memory was given back. A
+    launch already finished is skipped; one left `running` by a killed worker starts again and
+    measures what is missing."""
+    if launch.status in FINISHED:
+        return
+    recipe = launch.recipe
+    earlier = launch.figures
+    if settings.WORKER_HOST != recipe.host.name:
+        where = f"this worker runs on {settings.WORKER_HOST}" if settings.WORKER_HOST else "this worker has no WORKER_HOST"
+        report = LaunchReport(status="refused", refusal=f"{where}; the recipe is started by the worker of "
+                                                        f"{recipe.host.name}")
+        _save(launch, report, finished_at=timezone.now())
+        return
+    note(f"{launch}: starting the server")
+    ServerLaunch.objects.filter(id=launch.id).update(status=ServerLaunch.RUNNING, started_at=timezone.now())
+    server, report = launcher.start(
+        recipe.spec(launch.setting), allowlist(), settings.LAB_STATE_DIR, timeout_s=settings.LAB_START_TIMEOUT_S,
+        should_stop=should_stop, stop_grace_s=settings.LAB_STOP_GRACE_S,
+        owner={"run": run.public_id, "launch": launch.public_id})
+    report.orphans_stopped = earlier.orphans_stopped
+    if server is None:
+        _save(launch, report, finished_at=timezone.now())
+        log.info("%s: %s %s", launch, report.status, report.refusal or report.failure)
+        if should_stop():
+            raise Cancelled()
+        return
+    peak = None
+    try:
+        endpoint = lab_endpoint(launch=launch, base_url=server.base_url, command=report.command)
+        run.endpoints.add(endpoint)
+        _save(launch, report, endpoint=endpoint)
+        watch = launcher.MemoryWatch(server.pgid, baseline=report.memory_before).start()
+        try:
+            measure(endpoint)
+        finally:
+            peak = watch.stop()
+    finally:
+        note(f"{launch}: stopping the server")
+        launcher.finish(server, report, stop_grace_s=settings.LAB_STOP_GRACE_S, peak=peak,
+                        freed_timeout_s=settings.LAB_FREED_TIMEOUT_S)
+        _save(launch, report, finished_at=timezone.now())
