@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 import hashlib
 import logging
 import threading
@@ -26,8 +27,9 @@ from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_obs
 from benchmarks.engine.server_metrics import ServerSummary, server_identity
 from benchmarks.engine.validity import level_flags, merge
 from benchmarks.importers import parse_report, v100_writeup_reports
+from benchmarks.lab import services as lab_services
 from benchmarks.models import (Comparison, Endpoint, EvaluationText, Gpu, Host, ImportedReport, LevelResult,
-                               QualityMeasurement, RequestRecord, Run, endpoint_addresses)
+                               QualityMeasurement, RequestRecord, Run, ServerLaunch, endpoint_addresses)
 from benchmarks.selectors import quality_problems, runs_in_flight
 
 log = logging.getLogger(__name__)
@@ -42,12 +44,17 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
                slo_e2e_ms: float | None = None, quality: bool = False, quality_text: EvaluationText | None = None,
                quality_upload: dict | None = None, quality_reference: Endpoint | None = None,
                quality_ctx: int = quality_engine.DEFAULT_CTX,
-               quality_chunks: int = quality_engine.DEFAULT_CHUNKS) -> Run:
+               quality_chunks: int = quality_engine.DEFAULT_CHUNKS, recipes: list = (),
+               sweep: dict | None = None) -> Run:
     """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
     queued or running: counted and inserted in one transaction that holds the owner's row.
     With `quality`, the quality step follows the levels: on `quality_text`, or on
-    `quality_upload` ({"name", "text"}, stored as an EvaluationText), or else the built-in text."""
+    `quality_upload` ({"name", "text"}, stored as an EvaluationText), or else the built-in text.
+    `recipes` are started by their host's worker, each at every setting of `sweep` (recipe id ->
+    flag -> values; all allowed values for a recipe not in it), and measured as an endpoint is."""
     levels = request_rates if load_mode == "rate" else concurrency_levels
+    recipes = list(recipes)
+    sweep = {str(k): v for k, v in (sweep or {}).items()}
     with transaction.atomic():
         _check_runs_in_flight(owner)
         if quality and quality_upload:
@@ -64,13 +71,24 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
             quality=quality, quality_text=quality_text, quality_reference=quality_reference,
             quality_ctx=quality_ctx, quality_chunks=quality_chunks,
-            progress_total=len(endpoints) * len(set(levels)) * requests_per_level
-            + (len(endpoints) * quality_engine.scored_positions(quality_ctx, quality_chunks) if quality else 0),
-            queue_name=queue_for(endpoints),
+            progress_total=len(endpoints) * _measured_per_endpoint(
+                len(set(levels)), requests_per_level, quality, quality_ctx, quality_chunks),
+            queue_name=queue_for(endpoints, recipes), sweep=sweep,
         )
         run.endpoints.set(endpoints)
+        run.recipes.set(recipes)
+        launches = lab_services.launches_create(run=run, recipes=recipes, sweep=sweep)
+        if launches:
+            Run.objects.filter(id=run.id).update(progress_total=models.F("progress_total") + len(launches) * (
+                _measured_per_endpoint(len(set(levels)), requests_per_level, quality, quality_ctx, quality_chunks)))
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run
+
+
+def _measured_per_endpoint(levels: int, requests_per_level: int, quality: bool, ctx: int, chunks: int) -> int:
+    """What the progress bar counts for one endpoint (or server started from a recipe): its
+    requests and, with the quality step, its scored positions."""
+    return levels * requests_per_level + (quality_engine.scored_positions(ctx, chunks) if quality else 0)
 
 
 def _check_runs_in_flight(owner) -> None:
@@ -97,10 +115,13 @@ def run_enqueue(*, run: Run) -> None:
     run_execute_task.apply_async((run.id,), queue=run.queue_name or settings.CELERY_TASK_DEFAULT_QUEUE)
 
 
-def queue_for(endpoints: list[Endpoint]) -> str:
+def queue_for(endpoints: list[Endpoint], recipes=()) -> str:
     """A run goes to its endpoints' host queue (so the worker next to the GPU measures it)
-    when host queues are on and all endpoints share one host; else to the shared queue."""
+    when host queues are on and all endpoints share one host; else to the shared queue. A run
+    with recipes always goes to their host's queue: only the worker there may start them."""
     hosts = {e.host.queue_name for e in endpoints}
+    if recipes:
+        return recipes[0].host.queue_name
     if settings.HOST_QUEUES and len(hosts) == 1:
         return hosts.pop()
     return settings.CELERY_TASK_DEFAULT_QUEUE
@@ -127,10 +148,18 @@ def run_execute(*, run_id: int, worker: str = "") -> None:
     monitor.start()
     loop = asyncio.new_event_loop()
     try:
-        for endpoint in run.endpoints.select_related("host").order_by("name"):
+        if run.recipes.exists():
+            lab_services.orphans_stop()  # a killed worker's server would skew what is measured
+        for endpoint in run.endpoints.filter(recipe__isnull=True).select_related("host").order_by("name"):
             _measure_endpoint(run, endpoint, loop, monitor)
-        if run.quality:
-            _measure_quality(run, loop, monitor)
+        reference = _measure_quality(run, loop, monitor) if run.quality else None
+        for launch in run.launches.select_related("recipe__host", "recipe__variant").order_by("recipe__name",
+                                                                                                "setting_index"):
+            if monitor.should_stop():
+                raise Cancelled()
+            lab_services.launch_execute(
+                run=run, launch=launch, should_stop=monitor.should_stop, note=lambda text: _note(run, text),
+                measure=lambda e: _measure_started(run, e, loop, monitor, reference))
     except Cancelled:
         if monitor.stop_reason == "time limit":
             _finish(run, Run.FAILED, error=f"time limit of {settings.RUN_TIME_LIMIT_S:g} s reached; "
@@ -148,7 +177,7 @@ def run_execute(*, run_id: int, worker: str = "") -> None:
 
 
 def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop,
-                      monitor: "RunMonitor") -> None:
+                      monitor: "RunMonitor", addresses=None) -> None:
     workload = run.workload()
     done_levels = set(run.levels.filter(endpoint=endpoint).values_list("level_index", flat=True))
     loads = run.loads()
@@ -156,7 +185,7 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
         return
     timeouts = Timeouts(connect=settings.REQUEST_CONNECT_TIMEOUT_S, first_byte=settings.REQUEST_READ_TIMEOUT_S,
                         total=settings.REQUEST_TOTAL_TIMEOUT_S)
-    session = Session(endpoint.target(), workload, timeouts, loads=loads, addresses=endpoint_addresses())
+    session = Session(endpoint.target(), workload, timeouts, loads=loads, addresses=addresses or endpoint_addresses())
     try:
         _note(run, f"{endpoint.name}: preflight")
         # Every step stops within a poll of a cancel (or the time limit), not only the levels.
@@ -209,55 +238,84 @@ def _quality_fault(exc: Exception) -> str:
     return f"the server's answer could not be read ({describe_error(exc)})"
 
 
-def _measure_quality(run: Run, loop: asyncio.AbstractEventLoop, monitor: "RunMonitor") -> None:
+@dataclass
+class QualityReference:
+    """The run's reference as scored once (None when it has none, or it could not be scored:
+    `refused` says why), for every other endpoint to be compared with."""
+
+    scores: object = None
+    refused: str = ""
+
+
+def _measure_quality(run: Run, loop: asyncio.AbstractEventLoop, monitor: "RunMonitor") -> QualityReference:
     """The quality step, after every endpoint's levels: the reference first, scored once and kept
     in memory, then every other endpoint, compared with it. An endpoint that already has its
     QualityMeasurement (a resumed run) is not measured again; the reference is scored again
     (without storing) only when others still need it. What fails is stored per endpoint with
-    its reason, and the others are measured all the same."""
-    endpoints = list(run.endpoints.select_related("host").order_by("name"))
+    its reason, and the others are measured all the same. Servers started from recipes are
+    scored while they run (_measure_started), against the reference returned here."""
+    endpoints = list(run.endpoints.filter(recipe__isnull=True).select_related("host").order_by("name"))
     stored = {q.endpoint_id: q for q in run.quality_results.all()}
     ref_endpoint = next((e for e in endpoints if e.id == run.quality_reference_id), None)
     todo = [e for e in endpoints if e.id not in stored and e is not ref_endpoint]
+    servers_to_score = run.launches.exclude(status__in=lab_services.FINISHED).exists()
     monitor.level_stored(_progress_done(run))
     text = run.evaluation_text()
-    reference, refused = None, ""
-    if ref_endpoint is not None and (ref_endpoint.id not in stored or todo):
+    reference = QualityReference()
+    if ref_endpoint is not None and (ref_endpoint.id not in stored or todo or servers_to_score):
         first = ref_endpoint.id not in stored
         if not first and stored[ref_endpoint.id].error:
-            refused = f"the reference {ref_endpoint.name} could not be scored: {stored[ref_endpoint.id].error}"
+            reference.refused = f"the reference {ref_endpoint.name} could not be scored: {stored[ref_endpoint.id].error}"
         else:
             try:
-                reference = _quality_call(run, ref_endpoint, loop, monitor, text, reference=None, first=first)
+                reference.scores = _quality_call(run, ref_endpoint, loop, monitor, text, reference=None, first=first)
             except QUALITY_FAULTS as exc:
-                refused = f"the reference {ref_endpoint.name} could not be scored: {_quality_fault(exc)}"
+                reference.refused = f"the reference {ref_endpoint.name} could not be scored: {_quality_fault(exc)}"
                 quality_store(run=run, endpoint=ref_endpoint, error=_quality_fault(exc))
             else:
                 if first:
-                    quality_store(run=run, endpoint=ref_endpoint, result=reference.result)
+                    quality_store(run=run, endpoint=ref_endpoint, result=reference.scores.result)
             monitor.level_stored(_progress_done(run))
     for endpoint in todo:
-        try:
-            result = _quality_call(run, endpoint, loop, monitor, text, reference=reference)
-        except QUALITY_FAULTS as exc:
-            quality_store(run=run, endpoint=endpoint, error=_quality_fault(exc))
-        else:
-            if refused:
-                result.reference_refused = refused
-            quality_store(run=run, endpoint=endpoint, result=result)
-        monitor.level_stored(_progress_done(run))
+        _quality_one(run, endpoint, loop, monitor, text, reference)
     monitor.follow(None)
+    return reference
+
+
+def _quality_one(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop, monitor: "RunMonitor",
+                 text: quality_engine.EvalText, reference: QualityReference, addresses=None) -> None:
+    """One endpoint's quality step against the reference, stored with its result or its reason."""
+    try:
+        result = _quality_call(run, endpoint, loop, monitor, text, reference=reference.scores, addresses=addresses)
+    except QUALITY_FAULTS as exc:
+        quality_store(run=run, endpoint=endpoint, error=_quality_fault(exc))
+    else:
+        if reference.refused:
+            result.reference_refused = reference.refused
+        quality_store(run=run, endpoint=endpoint, result=result)
+    monitor.level_stored(_progress_done(run))
+
+
+def _measure_started(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop, monitor: "RunMonitor",
+                     reference: QualityReference | None) -> None:
+    """A server started from a recipe, while it runs: the run's levels, then (with the quality
+    step) its quality against the run's reference, unless a resumed run stored it already."""
+    addresses = lab_services.lab_addresses()
+    _measure_endpoint(run, endpoint, loop, monitor, addresses=addresses)
+    if reference is not None and not run.quality_results.filter(endpoint=endpoint).exists():
+        _quality_one(run, endpoint, loop, monitor, run.evaluation_text(), reference, addresses=addresses)
+        monitor.follow(None)
 
 
 def _quality_call(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop, monitor: "RunMonitor",
-                  text: quality_engine.EvalText, *, reference, first: bool = True):
+                  text: quality_engine.EvalText, *, reference, first: bool = True, addresses=None):
     """Score one endpoint through the engine (the reference with `reference=None`: its
     ReferenceScores), through the same checked connections as its levels, stopping within a
     poll of a cancel or the time limit. `first`: count its positions in the progress."""
     timeouts = Timeouts(connect=settings.REQUEST_CONNECT_TIMEOUT_S, first_byte=settings.REQUEST_READ_TIMEOUT_S,
                         total=settings.REQUEST_TOTAL_TIMEOUT_S)
     session = Session(endpoint.target(), run.workload(), timeouts,
-                      loads=[Load(concurrency=quality_engine.MAX_STREAMS)], addresses=endpoint_addresses())
+                      loads=[Load(concurrency=quality_engine.MAX_STREAMS)], addresses=addresses or endpoint_addresses())
     role = " (reference)" if endpoint.id == run.quality_reference_id else ""
     total = run.quality_positions
     _note(run, f"quality: {endpoint.name}{role}: preflight")
@@ -449,7 +507,8 @@ def _final_status(run: Run) -> tuple[str, str]:
              if problems else "")
     if completed == 0:
         return Run.FAILED, error
-    return (Run.PARTIAL if failed or problems else Run.SUCCEEDED), error
+    unstarted = run.launches.filter(status__in=[ServerLaunch.REFUSED, ServerLaunch.DID_NOT_START]).exists()
+    return (Run.PARTIAL if failed or problems or unstarted else Run.SUCCEEDED), error
 
 
 def _finish(run: Run, status: str, error: str = "") -> None:

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import connection
 
 from benchmarks import services
+from benchmarks.lab import services as lab_services
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,13 @@ def start_sweeper(sender=None, **kwargs) -> None:
             if _sweeper_stop.wait(settings.RUN_SWEEP_EVERY_S):
                 return
 
+    if settings.WORKER_HOST:
+        try:  # before any run: a server a killed worker left would skew what is measured next
+            lab_services.orphans_stop()
+        except Exception:
+            log.exception("stopping servers left by a killed worker failed")
+        finally:
+            connection.close()
     threading.Thread(target=sweep, name="run-sweeper", daemon=True).start()
     if settings.WORKER_HOST:
         try:

@@ -1,0 +1,252 @@
+"""The lab: the host's worker starts servers itself from recipes (real llama-server and vLLM on
+the CPU, real worker processes, PostgreSQL and Redis), measures start-up, memory and the run's
+levels, stops them, keeps what did not start as evidence, and stops what a killed worker left."""
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from django.urls import reverse
+
+from benchmarks import services
+from benchmarks.engine import launcher
+from benchmarks.models import Host, LevelResult, Run, ServerLaunch, ServerRecipe
+from conftest import LLM_SERVERS, spawn_worker, stop_worker, worker_env
+from factories import user
+from test_fault_tolerance import FAST_RECOVERY, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+HOST = "lab-1"
+LLAMA_ARGS = ["-m", "{model}", "--host", "{host}", "--port", "{port}", "-c", "1024", "-t", "2", "--metrics"]
+
+
+@pytest.fixture(scope="module")
+def llama_paths():
+    binary = subprocess.run(["bash", str(LLM_SERVERS), "path"], capture_output=True, text=True).stdout.split()
+    if len(binary) != 2 or not all(Path(p).exists() for p in binary):
+        pytest.fail("llama-server or its model is not built: run `scripts/llm-servers.sh build` and `... model`")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def vllm_paths():
+    venv = subprocess.run(["bash", str(LLM_SERVERS), "vllm-setup"], check=True, capture_output=True, text=True,
+                          timeout=1800).stdout.split()[-1]
+    return f"{venv}/bin/python", str(Path(venv).parent / "tiny-qwen2")
+
+
+@pytest.fixture(scope="module")
+def lab_dirs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("lab")
+    (base / "models").mkdir()
+    (base / "state").mkdir()
+    return base
+
+
+def lab_env(llama_paths, vllm_paths, lab_dirs, **overrides):
+    cache = str(Path(llama_paths[1]).parent)
+    return worker_env(WORKER_HOST=HOST, LAB_EXECUTABLES=f"{llama_paths[0]},{vllm_paths[0]}",
+                      LAB_MODEL_DIRS=f"{cache},{lab_dirs / 'models'}", LAB_STATE_DIR=lab_dirs / "state",
+                      LAB_PORTS="18300-18339", LAB_STOP_GRACE_S=10, LAB_START_TIMEOUT_S=300,
+                      **{"CELERY_DEFAULT_QUEUE": "lab", **overrides})
+
+
+def purge(*queues):
+    from django.conf import settings
+
+    channel = Celery(broker=settings.CELERY_BROKER_URL).connection().default_channel
+    for queue in queues:
+        channel.queue_purge(queue)
+
+
+@pytest.fixture(scope="module")
+def lab_worker(django_db_setup, django_db_blocker, llama_paths, vllm_paths, lab_dirs):
+    """One worker on host lab-1 whose settings allow the cached llama-server and vLLM and their
+    models (and a folder for missing ones), for the tests that do not kill it."""
+    purge("lab", f"host-{HOST}")
+    proc = spawn_worker(lab_env(llama_paths, vllm_paths, lab_dirs), "lab")
+    yield proc
+    stop_worker(proc)
+
+
+def recipe(name, executable, model, args=LLAMA_ARGS, **fields):
+    host, _ = Host.objects.get_or_create(name=HOST)
+    r = ServerRecipe(name=name, host=host, backend=fields.pop("backend", "llamacpp"), executable=executable,
+                     model_path=model, args=list(args), **fields)
+    r.full_clean()
+    r.save()
+    return r
+
+
+def lab_run(recipes, sweep=None, levels=(1,), requests=2, output_tokens=8):
+    return services.run_create(owner=user(), endpoints=[], recipes=recipes, sweep=sweep or {}, prompt_tokens=32,
+                               output_tokens=output_tokens, temperature=0.7, concurrency_levels=list(levels),
+                               requests_per_level=requests, warmup_requests=0)
+
+
+def finished(run, timeout):
+    wait_for(lambda: Run.objects.get(id=run.id).is_finished, timeout, f"run {run.id} to finish")
+    return Run.objects.get(id=run.id)
+
+
+def gone(pid):
+    return not launcher.alive(pid)
+
+
+@pytest.mark.real_server
+def test_a_sweep_over_parallel_starts_measures_and_stops_three_llama_servers(lab_worker, llama_paths, lab_dirs):
+    r = recipe("llama-q4", *llama_paths, sweep={"--parallel": [1, 2, 4]})
+    run = finished(lab_run([r], levels=(1, 2)), 240)
+    assert run.status == Run.SUCCEEDED, (run.error, [lc.report for lc in run.launches.all()])
+    launches = list(run.launches.order_by("setting_index"))
+    assert [lc.setting for lc in launches] == [{"--parallel": 1}, {"--parallel": 2}, {"--parallel": 4}]
+    for launch, slots in zip(launches, (1, 2, 4)):
+        f = launch.figures
+        assert launch.status == ServerLaunch.STOPPED, f
+        assert f"--parallel {slots}" in f.command and "--port" in f.command
+        assert 0 < f.health_s <= f.first_token_s < 120, (f.health_s, f.first_token_s)
+        assert f.probe_ttft_ms > 0 and not f.probe_error
+        # No GPU here: the memory is the server's resident memory, and says so.
+        assert f.memory_loaded.source == "rss" and "RSS" in f.memory_loaded.note
+        assert f.memory_loaded.server_mib > 100, f.memory_loaded  # a 250 MB model is loaded
+        assert f.memory_peak.server_mib >= f.memory_loaded.server_mib * 0.9
+        assert f.memory_freed is True and gone(f.pid), f.memory_freed_check
+        assert f.stopped.startswith("SIGTERM")
+        # The server measured is the one started at this setting: its own /props says so.
+        assert run.server_config[str(launch.endpoint_id)]["total_slots"] == slots
+        levels = LevelResult.objects.filter(run=run, endpoint=launch.endpoint).order_by("level_index")
+        assert [(lv.concurrency, lv.completed, lv.failed) for lv in levels] == [(1, 2, 0), (2, 2, 0)]
+    assert len({lc.figures.port for lc in launches}) >= 1 and len({lc.endpoint_id for lc in launches}) == 3
+    assert run.progress_done == run.progress_total == 3 * 2 * 2
+    assert not list((lab_dirs / "state" / "servers").glob("*.json")), "nothing recorded as running"
+
+
+@pytest.mark.real_server
+def test_a_bad_flag_and_a_missing_model_did_not_start_and_the_run_goes_on(lab_worker, llama_paths, lab_dirs):
+    binary, model = llama_paths
+    bad = recipe("a-bad-flag", binary, model, args=LLAMA_ARGS + ["--no-such-flag"])
+    missing = recipe("b-missing-model", binary, str(lab_dirs / "models" / "absent.gguf"))
+    good = recipe("c-good", binary, model)
+    run = finished(lab_run([good, missing, bad]), 180)
+    assert run.status == Run.PARTIAL, run.error
+    by_name = {lc.recipe.name: lc for lc in run.launches.all()}
+    flag = by_name["a-bad-flag"].figures
+    assert by_name["a-bad-flag"].status == ServerLaunch.DID_NOT_START
+    assert flag.cause.code == "bad_flag" and "--no-such-flag" in flag.cause.line
+    assert "--no-such-flag" in flag.log_tail and flag.exit_code is not None and flag.health_s is None
+    lost = by_name["b-missing-model"].figures
+    assert by_name["b-missing-model"].status == ServerLaunch.DID_NOT_START
+    assert lost.cause.code == "missing_file" and "absent.gguf" in lost.cause.line
+    assert lost.exit_code not in (None, 0) and "absent.gguf" in lost.log_tail
+    assert by_name["b-missing-model"].endpoint is None and not gone(os.getpid())
+    ok = by_name["c-good"]
+    assert ok.status == ServerLaunch.STOPPED and ok.figures.health_s > 0
+    assert LevelResult.objects.get(run=run, endpoint=ok.endpoint).completed == 2
+    assert list(run.levels.values_list("endpoint__recipe__name", flat=True)) == ["c-good"]
+
+
+def test_a_recipe_outside_the_hosts_allowlist_is_refused_before_anything_starts(lab_worker, lab_dirs, llama_paths):
+    marker = lab_dirs / "started"
+    script = lab_dirs / "models" / "pretend-server"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\nsleep 60\n")
+    script.chmod(0o755)
+    outside_exe = recipe("not-allowed-exe", str(script), llama_paths[1], args=["--port", "{port}"])
+    outside_model = recipe("not-allowed-model", llama_paths[0], "/etc/hostname")
+    outside_arg = recipe("not-allowed-arg", llama_paths[0], llama_paths[1],
+                         args=LLAMA_ARGS + ["--log-file", "/etc/hostname"])
+    run = finished(lab_run([outside_exe, outside_model, outside_arg]), 60)
+    assert run.status == Run.FAILED  # nothing was measured
+    reports = {lc.recipe.name: lc for lc in run.launches.all()}
+    assert {lc.status for lc in reports.values()} == {ServerLaunch.REFUSED}
+    exe = reports["not-allowed-exe"].figures
+    assert "is not among the executables this host allows" in exe.refusal and "LAB_EXECUTABLES" in exe.refusal
+    assert exe.pid is None and exe.command == ""
+    assert "/etc/hostname is outside the folders" in reports["not-allowed-model"].figures.refusal
+    assert "'/etc/hostname' names a path outside" in reports["not-allowed-arg"].figures.refusal
+    time.sleep(0.5)
+    assert not marker.exists(), "the refused executable was never run"
+    assert not list((lab_dirs / "state" / "servers").glob("*.json"))
+
+
+@pytest.mark.real_server
+def test_the_cpu_vllm_is_started_from_a_recipe_measured_and_stopped(lab_worker, vllm_paths):
+    python, tiny = vllm_paths
+    r = recipe("vllm-tiny", python, tiny, backend="vllm", served_model_name="tiny-qwen2", args=[
+        "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}", "--served-model-name", "tiny-qwen2",
+        "--host", "{host}", "--port", "{port}", "--max-model-len", "1024", "--dtype", "bfloat16"],
+        env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+             "VLLM_NO_USAGE_STATS": "1", "VLLM_CACHE_ROOT": str(Path(tiny).parent / "vllm-cache")})
+    run = finished(lab_run([r], requests=3), 420)
+    launch = run.launches.get()
+    f = launch.figures
+    assert run.status == Run.SUCCEEDED, (run.error, launch.report)
+    assert launch.status == ServerLaunch.STOPPED
+    assert 0 < f.health_s <= f.first_token_s, (f.health_s, f.first_token_s)
+    assert f.memory_loaded.source == "rss" and f.memory_loaded.server_mib > 300, f.memory_loaded
+    assert f.memory_freed is True and gone(f.pid)
+    assert run.server_config[str(launch.endpoint_id)]["backend"] == "vllm"
+    level = LevelResult.objects.get(run=run, endpoint=launch.endpoint)
+    assert level.completed == 3 and level.stats.stat("decode_tok_s", "p50") > 0
+
+
+def test_a_member_cannot_create_or_edit_recipes(client, llama_paths):
+    host, _ = Host.objects.get_or_create(name=HOST)
+    existing = recipe("staff-made", *llama_paths)
+    client.force_login(user("bob"))
+    add = reverse("admin:benchmarks_serverrecipe_add")
+    change = reverse("admin:benchmarks_serverrecipe_change", args=[existing.id])
+    form = {"name": "member-made", "host": host.id, "backend": "llamacpp", "executable": "/bin/sh",
+            "model_path": "/tmp/x", "args": '["--port", "{port}"]', "sweep": "{}", "env": "{}",
+            "listen_address": "127.0.0.1"}
+    for url in (add, change):
+        assert client.get(url).status_code == 302  # to the admin login: members are not staff
+        assert client.post(url, form).status_code == 302
+    assert list(ServerRecipe.objects.values_list("name", flat=True)) == ["staff-made"]
+    # Staff can, and a recipe the worker could not start is refused with the field's reason.
+    client.force_login(user("root", staff=True))
+    r = client.post(add, {**form, "args": '["-m", "{model}"]', "sweep": '{"parallel": [4]}'})
+    assert r.status_code == 200
+    errors = r.context["adminform"].form.errors
+    assert "must contain {port}" in str(errors["args"]) and "is not a flag" in str(errors["sweep"])
+    r = client.post(add, {**form, "sweep": '{"--parallel": [4, 8]}'})
+    assert r.status_code == 302, r.context["adminform"].form.errors
+    assert ServerRecipe.objects.get(name="member-made").settings() == [{"--parallel": 4}, {"--parallel": 8}]
+
+
+@pytest.mark.real_server
+def test_a_killed_workers_server_is_stopped_by_the_next_worker_before_the_run_resumes(
+        django_db_setup, llama_paths, vllm_paths, tmp_path):
+    dirs = tmp_path
+    (dirs / "models").mkdir()
+    (dirs / "state").mkdir()
+    purge("lab", f"host-{HOST}")
+    env = lab_env(llama_paths, vllm_paths, dirs, **{**FAST_RECOVERY, "CELERY_DEFAULT_QUEUE": "lab"})
+    r = recipe("llama-q4", *llama_paths, sweep={"--parallel": [2]})
+    workers = [spawn_worker(env, "lab-killed")]
+    try:
+        run = lab_run([r], levels=(1, 2), requests=4, output_tokens=48)
+        wait_for(lambda: LevelResult.objects.filter(run=run).exists(), 120, "the first level")
+        first = ServerLaunch.objects.get(run=run).figures
+        os.kill(workers[0].pid, signal.SIGKILL)
+        workers[0].wait(10)
+        assert launcher.alive(first.pid), "the server outlives its worker (its own process group)"
+        assert list((dirs / "state" / "servers").glob("*.json")), "and its record is left"
+        workers.append(spawn_worker(env, "lab-rescuer"))
+        run = finished(run, 240)
+        assert run.status == Run.SUCCEEDED and run.attempts == 2, (run.error, run.progress_note)
+        launch = ServerLaunch.objects.get(run=run)
+        f = launch.figures
+        assert gone(first.pid) and f.pid != first.pid
+        assert [o["pid"] for o in f.orphans_stopped] == [first.pid]
+        assert f.orphans_stopped[0]["stopped"].startswith("SIGTERM")
+        assert f.orphans_stopped[0]["at"] < launch.started_at.isoformat()  # before its new start
+        assert launch.status == ServerLaunch.STOPPED and gone(f.pid)
+        assert list(run.levels.order_by("level_index").values_list("level_index", "completed")) == [(0, 4), (1, 4)]
+        assert not list((dirs / "state" / "servers").glob("*.json"))
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                stop_worker(w)
