@@ -15,6 +15,7 @@ from benchmarks.engine import catalogue
 from benchmarks.engine.metrics import request_value
 from benchmarks.forms import ComparisonForm, ImportForm, RunForm
 from benchmarks.importers import ReportFormatError
+from benchmarks.lab import selectors as lab_selectors
 from benchmarks.models import Run
 
 
@@ -73,6 +74,8 @@ def run_detail(request, public_id: str):
         "preflight": selectors.run_preflight(run, hide_addresses=hide),
         "server_config": selectors.run_server_config(run, hide_addresses=hide),
         "run_error": selectors.run_error(run, hide_addresses=hide),
+        "lab": lab_selectors.run_lab(run, blank=selectors.address_hider(run.endpoints.all(), hide),
+                                     hide_addresses=hide),
         "hide_addresses": hide,
         "can_cancel": selectors.run_cancel_allowed(run, request.user),
         "quality": selectors.quality_section(run, hide_addresses=hide),

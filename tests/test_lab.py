@@ -5,10 +5,13 @@ import os
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from celery import Celery
+from django.db import connection
+from django.test import Client
 from django.urls import reverse
 
 from benchmarks import services
@@ -122,6 +125,18 @@ def test_a_sweep_over_parallel_starts_measures_and_stops_three_llama_servers(lab
     assert len({lc.figures.port for lc in launches}) >= 1 and len({lc.endpoint_id for lc in launches}) == 3
     assert run.progress_done == run.progress_total == 3 * 2 * 2
     assert not list((lab_dirs / "state" / "servers").glob("*.json")), "nothing recorded as running"
+    # The run page: the sweep table (start-up, memory, each level) and each recipe's best setting.
+    page = Client().get(run.get_absolute_url()).content.decode()
+    table = page[page.index('id="sweep"'):page.index("</table>", page.index('id="sweep"'))]
+    assert table.count('data-status="stopped"') == 3 and "Start → /health (s)" in table
+    for launch in launches:
+        row = table[table.index(f"launch-{launch.public_id}"):]
+        row = row[:row.index("</tr>")]
+        assert f"{launch.figures.health_s:.2f}" in row and "MiB RSS" in row
+        assert f"{launch.endpoint.levels.get(run=run, level_index=1).stats.stat('aggregate_tok_s'):.1f}" in row
+    best = max(LevelResult.objects.filter(run=run), key=lambda lv: lv.stats.stat("aggregate_tok_s"))
+    assert f"<strong>llama-q4</strong> --parallel {best.endpoint.launch_flags['--parallel']} at" in page
+    assert "resident memory (RSS)" in page and "Command lines" not in page  # anonymous: no commands
 
 
 @pytest.mark.real_server
@@ -146,6 +161,11 @@ def test_a_bad_flag_and_a_missing_model_did_not_start_and_the_run_goes_on(lab_wo
     assert ok.status == ServerLaunch.STOPPED and ok.figures.health_s > 0
     assert LevelResult.objects.get(run=run, endpoint=ok.endpoint).completed == 2
     assert list(run.levels.values_list("endpoint__recipe__name", flat=True)) == ["c-good"]
+    page = Client().get(run.get_absolute_url()).content.decode()
+    failures = page[page.index("<h3>Did not start</h3>"):]
+    assert "<strong>a-bad-flag</strong>" in failures and "an argument it does not accept" in failures
+    assert "<strong>b-missing-model</strong>" in failures and "a file it needs is missing" in failures
+    assert "invalid argument: --no-such-flag" in failures and "Last lines of its log" in failures
 
 
 def test_a_recipe_outside_the_hosts_allowlist_is_refused_before_anything_starts(lab_worker, lab_dirs, llama_paths):
@@ -250,3 +270,39 @@ def test_a_killed_workers_server_is_stopped_by_the_next_worker_before_the_run_re
         for w in workers:
             if w.poll() is None:
                 stop_worker(w)
+
+
+@pytest.mark.real_server
+@pytest.mark.browser
+def test_the_run_page_shows_the_sweep_and_what_did_not_start_within_1366_px(
+        settings, llama_paths, tmp_path, live_server, page):
+    """Measured in this process by the worker's own code (services.run_execute) on host lab-2,
+    whose queue no worker consumes, then read in a real browser."""
+    binary, model = llama_paths
+    settings.WORKER_HOST, settings.LAB_EXECUTABLES = "lab-2", binary
+    settings.LAB_MODEL_DIRS, settings.LAB_STATE_DIR = f"{Path(model).parent},{tmp_path}", tmp_path
+    settings.LAB_PORTS = "18340-18359"
+    host, _ = Host.objects.get_or_create(name="lab-2")
+    good = recipe("llama-q4", binary, model, sweep={"--parallel": [1, 2]})
+    bad = recipe("llama-bad-flag", binary, model, args=LLAMA_ARGS + ["--no-such-flag"])
+    ServerRecipe.objects.filter(id__in=[good.id, bad.id]).update(host=host)
+    run = lab_run([good, bad], levels=(1, 2))
+    def execute():  # in a thread of its own: the browser's event loop runs in this one
+        try:
+            services.run_execute(run_id=run.id, worker="in-process")
+        finally:
+            connection.close()
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(execute).result()
+    purge("host-lab-2")
+    run.refresh_from_db()
+    assert run.status == Run.PARTIAL, run.error
+    page.set_viewport_size({"width": 1366, "height": 900})
+    page.goto(live_server.url + run.get_absolute_url())
+    assert page.locator("#sweep tbody tr").count() == 3
+    page.click("text=Last lines of its log")
+    assert "invalid argument: --no-such-flag" in page.locator(".launch-failure pre").inner_text()
+    width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
+    page.screenshot(path=str(Path(__file__).parent.parent / "var" / "lab-run-page.png"), full_page=True)
+    assert page.js_errors == []

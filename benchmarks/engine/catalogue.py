@@ -209,6 +209,10 @@ COMPARISON_TABLE = POINT_FIGURES[:6]
 COMPARED = (Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("ttft_ms", "p50"))
 # The throughput chart: the left axis (solid lines) and the right one (dotted).
 THROUGHPUT_CHART = (Figure("aggregate_tok_s"), Figure("decode_tok_s", "p50"))
+# The run page's sweep table (servers started from recipes): per setting and load level; and the
+# figure that picks each recipe's best setting (goodput when the run has SLOs).
+SWEEP_TABLE = (Figure("aggregate_tok_s"), Figure("ttft_ms", "p99"))
+SWEEP_BEST, SWEEP_BEST_SLO = Figure("aggregate_tok_s"), Figure("goodput")
 # The run page's per-level distribution charts (chart name in its URL -> a per-request metric).
 DISTRIBUTION_CHARTS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 # What the advisor reads of each evidence row (advisor.specs.Evidence has one field per name).
