@@ -10,7 +10,7 @@ import csv
 import io
 import random
 
-from benchmarks.engine.catalogue import GPU_CHART, SERVER_CHART, THROUGHPUT_CHART, Metric
+from benchmarks.engine.catalogue import GPU_CHART, SERVER_CHART, SWEEP_TABLE, THROUGHPUT_CHART, Metric
 
 MAX_POINTS = 2000  # per trace
 MAX_BARS = 1500  # requests drawn in a timeline
@@ -76,6 +76,32 @@ def throughput_figure(series: list[dict]) -> dict:
                    "rangemode": "tozero"},
     }, ["series", "kind", xtitle, left.title, right.title], rows)
 
+
+
+# ---------------------------------------------------------------- sweep (servers started from recipes)
+def sweep_figure(series: list[dict], x_title: str) -> dict:
+    """The sweep's figures (catalogue.SWEEP_TABLE: aggregate throughput solid on the left axis,
+    p99 TTFT dotted on the right) against the swept setting, one line per recipe and load level.
+    A series is {"label", "points": [(x, {figure name: value})]}; x is the swept value, or the
+    setting's label when a recipe sweeps several parameters (then the axis is categorical)."""
+    left, right = SWEEP_TABLE
+    data, rows = [], []
+    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for s in series for x, _ in s["points"])
+    for s in series:
+        points = sorted(s["points"], key=lambda p: p[0]) if numeric else s["points"]
+        xs = [x for x, _ in points]
+        data.append({"type": "scatter", "mode": "lines+markers", "name": f"{s['label']} — {left.label.lower()}",
+                     "legendgroup": s["label"], "x": xs, "y": [v.get(left.name) for _, v in points]})
+        data.append({"type": "scatter", "mode": "lines+markers", "name": f"{s['label']} — {right.label}",
+                     "legendgroup": s["label"], "line": {"dash": "dot"}, "yaxis": "y2",
+                     "x": xs, "y": [v.get(right.name) for _, v in points]})
+        rows += [[s["label"], x, _r(v.get(left.name), 2), _r(v.get(right.name), 2)] for x, v in points]
+    return figure(data, {
+        "title": {"text": "The sweep: throughput and p99 TTFT per setting"},
+        "xaxis": {"title": {"text": x_title}, "type": "linear" if numeric else "category"},
+        "yaxis": {"title": {"text": left.title}, "rangemode": "tozero"},
+        "yaxis2": {"title": {"text": right.title}, "overlaying": "y", "side": "right", "rangemode": "tozero"},
+    }, ["series", x_title, left.title, right.title], rows)
 
 # ---------------------------------------------------------------- distributions
 def distribution_figure(metric: Metric, groups: list[dict], title: str = "") -> dict:

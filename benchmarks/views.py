@@ -81,7 +81,8 @@ def run_detail(request, public_id: str):
         "quality": selectors.quality_section(run, hide_addresses=hide),
         "definitions": selectors.run_definitions(run),
         "chart_list": [(name, chart.title) for name, chart in CHARTS.items()
-                       if not chart.telemetry or selectors.run_has_telemetry(run, chart.telemetry)],
+                       if (not chart.telemetry or selectors.run_has_telemetry(run, chart.telemetry))
+                       and (chart.offered is None or chart.offered(run))],
     })
 
 
@@ -119,6 +120,7 @@ class Chart:
     title: str
     build: Callable[[Run, dict], dict | None]
     telemetry: str = ""
+    offered: Callable[[Run], bool] | None = None  # whether the page offers it, when not by telemetry
 
 
 def _distribution(name: str) -> Chart:
@@ -146,6 +148,11 @@ def _timeline(run: Run, params) -> dict | None:
     return charts.timeline_figure(f"Requests of {level.endpoint.name} at {level.load_label}", requests)
 
 
+def _sweep(run: Run, params) -> dict | None:
+    drawn = lab_selectors.sweep_series(run)
+    return charts.sweep_figure(*drawn) if drawn else None
+
+
 # The run's charts, in page order: the page's chart boxes and the chart endpoint both read this.
 CHARTS = {
     "throughput": Chart("Throughput", lambda run, params: charts.throughput_figure(selectors.run_series(run))),
@@ -155,6 +162,7 @@ CHARTS = {
                  telemetry="gpu_series"),
     "server": Chart("Server", lambda run, params: charts.server_figure(selectors.telemetry_levels(run, "server_series")),
                     telemetry="server_series"),
+    "sweep": Chart("Sweep", _sweep, offered=lambda run: run.launches.filter(endpoint__isnull=False).exists()),
 }
 FIGURE_FORMATS = ("json", "csv")
 

@@ -304,5 +304,10 @@ def test_the_run_page_shows_the_sweep_and_what_did_not_start_within_1366_px(
     assert "invalid argument: --no-such-flag" in page.locator(".launch-failure pre").inner_text()
     width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
     assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
+    page.wait_for_function("() => document.querySelector('#chart-sweep .chart')?.dataset.drawn === 'true'", timeout=30000)
+    sweep = page.locator("#chart-sweep .table-holder tbody tr")
+    page.click("#chart-sweep summary")
+    assert sweep.count() == 4  # 2 settings x 2 load levels
+    assert "--parallel" in page.locator("#chart-sweep .xtitle").text_content()
     page.screenshot(path=str(Path(__file__).parent.parent / "var" / "lab-run-page.png"), full_page=True)
     assert page.js_errors == []

@@ -58,3 +58,29 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
         row["best"] = any(b[0].id == row["launch"].id for b in best.values())
     return {"rows": rows, "loads": loads, "figures": catalogue.SWEEP_TABLE, "best": best_rows,
             "best_figure": best_figure, "unstarted": [r for r in rows if r["failed"]]}
+
+
+def sweep_series(run: Run) -> tuple[list[dict], str] | None:
+    """What the sweep chart draws: per recipe and load level, each measured setting's figures of
+    catalogue.SWEEP_TABLE, and the x-axis title (the swept flag, when every recipe sweeps the
+    same one). None when no setting was measured."""
+    launches = [lc for lc in run.launches.select_related("recipe") if lc.endpoint_id]
+    flags = {tuple(lc.setting) for lc in launches}
+    one_flag = len(flags) == 1 and len(next(iter(flags), ())) == 1
+    x_title = next(iter(flags))[0] if one_flag else "setting"
+    loads = run.loads()
+    by_series: dict[str, list] = {}
+    levels = LevelResult.objects.filter(run=run, endpoint__in=[lc.endpoint_id for lc in launches]).defer(
+        "gpu_series", "server_series")
+    by_endpoint = {}
+    for level in levels:
+        by_endpoint.setdefault(level.endpoint_id, []).append(level)
+    for launch in launches:
+        x = next(iter(launch.setting.values())) if one_flag else (launch.label or "as the recipe says")
+        for level in sorted(by_endpoint.get(launch.endpoint_id, []), key=lambda lv: lv.level_index):
+            load = loads[level.level_index].label if level.level_index < len(loads) else level.load_label
+            values = {f.name: level.stats.stat(f.key, f.stat) for f in catalogue.SWEEP_TABLE}
+            by_series.setdefault(f"{launch.recipe.name} at {load}", []).append((x, values))
+    if not by_series:
+        return None
+    return [{"label": label, "points": points} for label, points in by_series.items()], x_title
