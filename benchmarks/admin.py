@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from django.db.models.constants import LOOKUP_SEP
 
 from benchmarks import services
-from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, ServerLaunch, ServerRecipe, Variant
+from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, ServerRecipe, Variant
 
 # Never a filter, search or ordering on these, in any list (a "1 endpoint" or "0" answer to
 # ?api_key__startswith=... gives the key away one character at a time).
@@ -145,17 +145,6 @@ class ServerRecipeAdmin(InventoryAdmin):
         return "; ".join(f"{flag} {', '.join(map(str, values))}" for flag, values in (recipe.sweep or {}).items()) or "—"
 
 
-class LaunchInline(admin.TabularInline):
-    model = ServerLaunch
-    extra = 0
-    can_delete = False
-    fields = ("recipe", "setting", "status", "endpoint", "started_at", "finished_at")
-    readonly_fields = fields
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-
 class LevelInline(admin.TabularInline):
     model = LevelResult
     extra = 0
@@ -175,7 +164,7 @@ class RunAdmin(InventoryAdmin):
     search_fields = ("title", "public_id", "owner__username")
     readonly_fields = ("public_id", "status", "created", "started", "finished", "progress_done",
                        "progress_total", "progress_note", "error", "preflight", "queue_name")
-    inlines = [LaunchInline, LevelInline]
+    inlines = [LevelInline]
 
     # Runs are queued from the run form, whose bounds (rates, durations, requests, the run time
     # limit) the admin must not get around: here a run's workload and endpoints are read-only.

@@ -8,7 +8,8 @@ from benchmarks import selectors
 from benchmarks.engine import backends
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
-from benchmarks.models import Endpoint, EvaluationText, ImportedReport, Run, Variant
+from benchmarks.engine.launcher import format_value
+from benchmarks.models import Endpoint, EvaluationText, ImportedReport, Run, ServerRecipe, Variant
 
 
 def storable_text(value: str) -> None:
@@ -33,6 +34,12 @@ class EndpointChoiceField(forms.ModelMultipleChoiceField):
         return f"{obj.name} ({obj.get_backend_display()} on {obj.host}){variant}"
 
 
+class RecipeChoiceField(forms.ModelMultipleChoiceField):
+    def label_from_instance(self, obj: ServerRecipe) -> str:
+        variant = f" · {obj.variant}" if obj.variant_id else ""
+        return f"{obj.name} ({obj.get_backend_display()}, started by the worker on {obj.host}){variant}"
+
+
 class EvaluationTextChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: EvaluationText) -> str:  # the text itself stays unread
         return f"{obj.name} · sha256 {obj.sha256[:12]} · {obj.created:%Y-%m-%d}"
@@ -55,10 +62,15 @@ QUALITY_FIELDS = ("quality", "quality_text", "quality_text_file", "quality_text_
 class RunForm(forms.Form):
     title = TextField(max_length=200, required=False)
     endpoints = EndpointChoiceField(
-        queryset=Endpoint.objects.none(), widget=forms.CheckboxSelectMultiple,
+        queryset=Endpoint.objects.none(), widget=forms.CheckboxSelectMultiple, required=False,
         error_messages={"invalid_choice": "Endpoint %(value)s is not a registered, enabled endpoint.",
-                        "invalid_pk_value": "%(pk)s is not a valid endpoint id.",
-                        "required": "Choose at least one endpoint."})
+                        "invalid_pk_value": "%(pk)s is not a valid endpoint id."})
+    recipes = RecipeChoiceField(
+        queryset=ServerRecipe.objects.none(), widget=forms.CheckboxSelectMultiple, required=False,
+        label="Server recipes", help_text="Servers the host's worker starts itself, at each setting ticked below, "
+                                          "measures and stops.",
+        error_messages={"invalid_choice": "Recipe %(value)s is not a server recipe that can be started.",
+                        "invalid_pk_value": "%(pk)s is not a valid recipe id."})
     prompt_tokens = forms.IntegerField(initial=512, min_value=1, help_text="Exact prompt length, in the server's tokens.")
     output_tokens = forms.IntegerField(initial=100, min_value=1, help_text="Forced with ignore_eos.")
     temperature = forms.FloatField(initial=0.7, min_value=0.0, max_value=2.0)
@@ -116,12 +128,55 @@ class RunForm(forms.Form):
         self.fields["quality_reference"].queryset = selectors.endpoints_for_runs()
         self.fields["quality_text"].queryset = selectors.evaluation_texts()
         self.fields["quality_text_file"].help_text += f" At most {settings.MAX_EVALUATION_TEXT_MIB} MiB."
+        self.fields["recipes"].queryset = selectors.recipes_for_runs()
+        self._add_sweep_fields()
         self.fields["prompt_tokens"].max_value = settings.MAX_TOKENS
         self.fields["prompt_tokens"].validators.append(_max(settings.MAX_TOKENS))
         self.fields["output_tokens"].validators.append(_max(settings.MAX_TOKENS))
         self.fields["requests_per_level"].validators.append(_max(settings.MAX_REQUESTS_PER_LEVEL))
         self.fields["duration_s"].validators.append(_max(
             settings.RUN_TIME_LIMIT_S, f"the run time limit, {_span(settings.RUN_TIME_LIMIT_S)}"))
+
+    def _add_sweep_fields(self) -> None:
+        """One field per recipe and sweep parameter, after the recipes: the values to measure
+        (all allowed ones ticked at first)."""
+        self.sweep_fields = {}  # field name -> (recipe, flag, allowed values)
+        fields = {}
+        for name, field in self.fields.items():
+            fields[name] = field
+            if name != "recipes":
+                continue
+            for recipe in field.queryset:
+                for i, (flag, values) in enumerate((recipe.sweep or {}).items()):
+                    key = f"sweep_{recipe.id}_{i}"
+                    fields[key] = forms.MultipleChoiceField(
+                        required=False, widget=forms.CheckboxSelectMultiple, label=f"{recipe.name}: {flag}",
+                        choices=[(str(j), format_value(v)) for j, v in enumerate(values)],
+                        initial=[str(j) for j in range(len(values))],
+                        error_messages={"invalid_choice": f"%(value)s is not one of the values {recipe.name} "
+                                                          f"allows for {flag}."})
+                    self.sweep_fields[key] = (recipe, flag, values)
+        self.fields = fields
+
+    def _clean_sweep(self, data) -> int:
+        """`sweep` (recipe id -> flag -> the values ticked) from the sweep fields; returns how many
+        servers the run starts."""
+        chosen = set(data.get("recipes") or [])
+        sweep, servers = {}, 0
+        for key, (recipe, flag, values) in self.sweep_fields.items():
+            picked = data.pop(key, None) or []
+            if recipe in chosen:
+                if not picked:
+                    self.add_error(key, f"Tick at least one value of {flag}, or untick {recipe.name}.")
+                sweep.setdefault(str(recipe.id), {})[flag] = [values[int(j)] for j in picked]
+        for recipe in chosen:
+            servers += len(recipe.settings(sweep.get(str(recipe.id))))
+        hosts = sorted({r.host.name for r in chosen})
+        if len(hosts) > 1:
+            self.add_error("recipes", f"The recipes of one run are started by one host's worker; these are on "
+                                      f"{', '.join(hosts)}. Queue one run per host.")
+        data["sweep"] = sweep
+        return servers
 
     def clean_concurrency_levels(self) -> list[int]:
         levels = []
@@ -209,13 +264,18 @@ class RunForm(forms.Form):
             data["concurrency_levels"] = []
         elif mode == "concurrency":
             data["request_rates"] = []
+        servers = self._clean_sweep(data)
+        if not data.get("endpoints") and not data.get("recipes") and "endpoints" not in self.errors:
+            self.add_error("endpoints", "Choose at least one endpoint or server recipe.")
+        # Each server started from a recipe measures the levels as an endpoint does.
+        data["_measured"] = len(data.get("endpoints") or []) + servers
         self._check_run_time(data)
         levels = len(data.get("concurrency_levels") or data.get("request_rates") or [])
-        total = len(data.get("endpoints") or []) * levels * (data.get("requests_per_level") or 0)
+        total = data.pop("_measured") * levels * (data.get("requests_per_level") or 0)
         if total > settings.MAX_REQUESTS_PER_RUN:
             raise forms.ValidationError(
-                f"This run would send {total} requests (endpoints × levels × requests per level); "
-                f"the limit is {settings.MAX_REQUESTS_PER_RUN}.")
+                f"This run would send {total} requests (endpoints and recipe settings × levels × requests per "
+                f"level); the limit is {settings.MAX_REQUESTS_PER_RUN}.")
         # The runs-in-flight limit is checked by services.run_create, atomically with the insert.
         prompt, output = data.get("prompt_tokens"), data.get("output_tokens")
         if prompt and output and prompt + output > settings.MAX_TOKENS:
@@ -248,8 +308,10 @@ class RunForm(forms.Form):
         if reference is not None and "endpoints" in data and reference not in data["endpoints"]:
             self.add_error("quality_reference", f"{reference.name} is not one of the chosen endpoints: the reference "
                                                 "must be measured in the same run. Tick it above, or choose another.")
-        if reference is not None and len(data.get("endpoints") or []) < 2 and "endpoints" in data:
-            self.add_error("quality_reference", "A reference needs at least one other endpoint to compare with.")
+        others = len(data.get("endpoints") or []) + len(data.get("recipes") or [])  # recipes: their servers
+        if reference is not None and others < 2 and "endpoints" in data:
+            self.add_error("quality_reference", "A reference needs at least one other endpoint or recipe to compare "
+                                                "with.")
         ctx = data["quality_ctx"] = data.get("quality_ctx") or quality_engine.DEFAULT_CTX
         chunks = data["quality_chunks"] = data.get("quality_chunks") or quality_engine.DEFAULT_CHUNKS
         if "quality_ctx" not in self.errors and "quality_chunks" not in self.errors:
@@ -264,7 +326,7 @@ class RunForm(forms.Form):
         about (requests - 1) ÷ rate after its first (or stops at its duration), a concurrency level
         lasts at most its duration; levels and endpoints run one after another."""
         limit, n, duration = settings.RUN_TIME_LIMIT_S, data.get("requests_per_level"), data.get("duration_s")
-        endpoints = len(data.get("endpoints") or []) or 1
+        endpoints = data.get("_measured") or 1  # endpoints and servers started from recipes
         if data.get("load_mode") == "rate" and data.get("request_rates") and n:
             slowest = min(data["request_rates"])
             if duration and n > 1 and slowest * duration < 1:

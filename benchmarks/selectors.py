@@ -21,7 +21,7 @@ from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
 from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
 from benchmarks.models import (Comparison, Decision, Endpoint, EvaluationText, ImportedReport, LevelResult,
-                               QualityMeasurement, RequestRecord, Run)
+                               QualityMeasurement, RequestRecord, Run, ServerRecipe)
 
 # What a permalink answers when no row has its id: the one not-found message of each kind.
 NOT_FOUND = {Run: "No run has this link.", ImportedReport: "No report has this link.",
@@ -159,6 +159,10 @@ def endpoint_ids_by_name(names: list[str]) -> list[int]:
 
 def endpoints_for_runs() -> QuerySet[Endpoint]:
     return Endpoint.objects.filter(enabled=True).select_related("host", "variant__model")
+
+
+def recipes_for_runs() -> QuerySet[ServerRecipe]:
+    return ServerRecipe.objects.filter(enabled=True).select_related("host", "variant__model")
 
 
 def evaluation_texts() -> QuerySet[EvaluationText]:

@@ -46,7 +46,8 @@ def run_new(request):
             messages.success(request, "Run queued. This page updates as it progresses.")
             return redirect(run)
     return render(request, "benchmarks/run_new.html",
-                  {"form": form, "has_endpoints": form.fields["endpoints"].queryset.exists()})
+                  {"form": form, "has_endpoints": form.fields["endpoints"].queryset.exists()
+                   or form.fields["recipes"].queryset.exists()})
 
 
 def _prefill(params) -> dict:

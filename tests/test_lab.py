@@ -311,3 +311,39 @@ def test_the_run_page_shows_the_sweep_and_what_did_not_start_within_1366_px(
     assert "--parallel" in page.locator("#chart-sweep .xtitle").text_content()
     page.screenshot(path=str(Path(__file__).parent.parent / "var" / "lab-run-page.png"), full_page=True)
     assert page.js_errors == []
+
+
+def test_a_member_picks_recipes_and_a_sweep_in_the_run_form(client, llama_paths):
+    binary, model = llama_paths
+    llama = recipe("llama-q4", binary, model, sweep={"--parallel": [1, 2, 4], "-c": [1024, 2048]})
+    other_host, _ = Host.objects.get_or_create(name="lab-2")
+    far = recipe("far-away", binary, model)
+    ServerRecipe.objects.filter(id=far.id).update(host=other_host)
+    client.force_login(user())
+    form = {"title": "", "prompt_tokens": 32, "output_tokens": 8, "temperature": 0.7, "api": "completions",
+            "load_mode": "concurrency", "concurrency_levels": "1,2", "request_rates": "", "arrivals": "poisson",
+            "max_concurrency": "", "requests_per_level": 2, "duration_s": "", "warmup_requests": 0, "seed": "",
+            "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
+    page = client.get(reverse("run-new")).content.decode()
+    assert "llama-q4: --parallel" in page and "far-away" in page
+    nothing = client.post(reverse("run-new"), form)
+    assert "Choose at least one endpoint or server recipe." in nothing.content.decode()
+    llama.refresh_from_db()  # the database keeps the sweep's flags in its own order
+    field = {flag: f"sweep_{llama.id}_{i}" for i, flag in enumerate(llama.sweep)}
+    unticked = client.post(reverse("run-new"), {**form, "recipes": [llama.id], field["--parallel"]: ["0", "2"]})
+    assert "Tick at least one value of -c, or untick llama-q4." in unticked.content.decode()
+    two_hosts = client.post(reverse("run-new"), {**form, "recipes": [llama.id, far.id], field["--parallel"]: ["0"],
+                                                 field["-c"]: ["0"]})
+    assert "these are on lab-1, lab-2" in two_hosts.content.decode()
+    forged = client.post(reverse("run-new"), {**form, "recipes": [llama.id], field["--parallel"]: ["7"],
+                                              field["-c"]: ["0"]})
+    assert "7 is not one of the values llama-q4 allows for --parallel" in forged.content.decode()
+    assert not Run.objects.exists()
+    r = client.post(reverse("run-new"), {**form, "recipes": [llama.id], field["--parallel"]: ["0", "2"],
+                                         field["-c"]: ["1"]})
+    assert r.status_code == 302
+    run = Run.objects.get()
+    assert [lc.setting for lc in run.launches.order_by("setting_index")] == [
+        {"--parallel": 1, "-c": 2048}, {"--parallel": 4, "-c": 2048}]
+    assert run.queue_name == "host-lab-1" and run.progress_total == 2 * 2 * 2
+    purge("host-lab-1")
