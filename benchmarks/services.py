@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 import hashlib
 import logging
 import threading
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import Callable
 

@@ -347,3 +347,44 @@ def test_a_member_picks_recipes_and_a_sweep_in_the_run_form(client, llama_paths)
         {"--parallel": 1, "-c": 2048}, {"--parallel": 4, "-c": 2048}]
     assert run.queue_name == "host-lab-1" and run.progress_total == 2 * 2 * 2
     purge("host-lab-1")
+
+
+@pytest.mark.real_server
+def test_each_started_server_gets_the_quality_step_against_the_runs_reference(lab_worker, llama_paths):
+    """A registered Q8_0 server is the reference; the recipe's Q4_K_M servers, started at each
+    setting, are scored against it while they run, then stopped."""
+    from benchmarks.models import QualityMeasurement
+    from conftest import free_port, wait_http
+    from factories import endpoint
+
+    q8_path = subprocess.run(["bash", str(LLM_SERVERS), "variant", "Q8_0"], check=True, capture_output=True,
+                             text=True, timeout=1800).stdout.split()[-1]
+    port = free_port()
+    proc = subprocess.Popen(["bash", str(LLM_SERVERS), "serve", str(port), "--parallel", "2", "-c", "512", "-t", "2",
+                             "--swa-full"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "LLAMA_SERVER_MODEL": q8_path}, start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 120, proc)
+        q8 = endpoint(f"http://127.0.0.1:{port}", name="gemma-q8", backend="llamacpp", host=HOST,
+                      quantization="gguf_q8_0")
+        q4 = recipe("gemma-q4", *llama_paths, args=LLAMA_ARGS + ["--swa-full"], sweep={"--parallel": [1, 2]})
+        run = services.run_create(owner=user(), endpoints=[q8], recipes=[q4], prompt_tokens=32, output_tokens=8,
+                                  temperature=0.7, concurrency_levels=[1], requests_per_level=2, warmup_requests=0,
+                                  quality=True, quality_reference=q8, quality_ctx=32, quality_chunks=2)
+        run = finished(run, 300)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+    assert run.status == Run.SUCCEEDED, run.error
+    rows = {q.endpoint.name: q for q in QualityMeasurement.objects.filter(run=run).select_related("endpoint")}
+    assert set(rows) == {"gemma-q8", "gemma-q4 · --parallel 1", "gemma-q4 · --parallel 2"}
+    ref = rows["gemma-q8"].figures
+    for name in ("gemma-q4 · --parallel 1", "gemma-q4 · --parallel 2"):
+        tested = rows[name].figures
+        assert not rows[name].error and tested.tokens_scored == ref.tokens_scored == 2 * (32 - 1 - 16)
+        assert tested.reference["name"] == "gemma-q8" and 0 <= tested.value("kl_mean") < 0.1
+        launch = ServerLaunch.objects.get(run=run, endpoint=rows[name].endpoint)
+        assert launch.status == ServerLaunch.STOPPED and gone(launch.figures.pid)
+        # Scored while its server ran: after its levels, before it was stopped.
+        assert launch.started_at < rows[name].measured_at < launch.finished_at
+    assert run.progress_done == run.progress_total
