@@ -51,10 +51,10 @@ def lab_dirs(tmp_path_factory):
 
 def lab_env(llama_paths, vllm_paths, lab_dirs, **overrides):
     cache = str(Path(llama_paths[1]).parent)
-    return worker_env(WORKER_HOST=HOST, LAB_EXECUTABLES=f"{llama_paths[0]},{vllm_paths[0]}",
-                      LAB_MODEL_DIRS=f"{cache},{lab_dirs / 'models'}", LAB_STATE_DIR=lab_dirs / "state",
-                      LAB_PORTS="18300-18339", LAB_STOP_GRACE_S=10, LAB_START_TIMEOUT_S=300,
-                      **{"CELERY_DEFAULT_QUEUE": "lab", **overrides})
+    return worker_env(**{"WORKER_HOST": HOST, "LAB_EXECUTABLES": f"{llama_paths[0]},{vllm_paths[0]}",
+                         "LAB_MODEL_DIRS": f"{cache},{lab_dirs / 'models'}", "LAB_STATE_DIR": lab_dirs / "state",
+                         "LAB_PORTS": "18300-18339", "LAB_STOP_GRACE_S": 10, "LAB_START_TIMEOUT_S": 300,
+                         "CELERY_DEFAULT_QUEUE": "lab", **overrides})
 
 
 def purge(*queues):
@@ -75,8 +75,8 @@ def lab_worker(django_db_setup, django_db_blocker, llama_paths, vllm_paths, lab_
     stop_worker(proc)
 
 
-def recipe(name, executable, model, args=LLAMA_ARGS, **fields):
-    host, _ = Host.objects.get_or_create(name=HOST)
+def recipe(name, executable, model, args=LLAMA_ARGS, host=HOST, **fields):
+    host, _ = Host.objects.get_or_create(name=host)
     r = ServerRecipe(name=name, host=host, backend=fields.pop("backend", "llamacpp"), executable=executable,
                      model_path=model, args=list(args), **fields)
     r.full_clean()
@@ -242,9 +242,11 @@ def test_a_killed_workers_server_is_stopped_by_the_next_worker_before_the_run_re
     dirs = tmp_path
     (dirs / "models").mkdir()
     (dirs / "state").mkdir()
-    purge("lab", f"host-{HOST}")
-    env = lab_env(llama_paths, vllm_paths, dirs, **{**FAST_RECOVERY, "CELERY_DEFAULT_QUEUE": "lab"})
-    r = recipe("llama-q4", *llama_paths, sweep={"--parallel": [2]})
+    # A host of its own: the module's other worker (host lab-1) must not take this run.
+    purge("lab-kill", "host-lab-kill")
+    env = lab_env(llama_paths, vllm_paths, dirs, **{**FAST_RECOVERY, "CELERY_DEFAULT_QUEUE": "lab-kill",
+                                                    "WORKER_HOST": "lab-kill", "LAB_PORTS": "18360-18379"})
+    r = recipe("llama-q4", *llama_paths, host="lab-kill", sweep={"--parallel": [2]})
     workers = [spawn_worker(env, "lab-killed")]
     try:
         run = lab_run([r], levels=(1, 2), requests=4, output_tokens=48)
@@ -282,10 +284,8 @@ def test_the_run_page_shows_the_sweep_and_what_did_not_start_within_1366_px(
     settings.WORKER_HOST, settings.LAB_EXECUTABLES = "lab-2", binary
     settings.LAB_MODEL_DIRS, settings.LAB_STATE_DIR = f"{Path(model).parent},{tmp_path}", tmp_path
     settings.LAB_PORTS = "18340-18359"
-    host, _ = Host.objects.get_or_create(name="lab-2")
-    good = recipe("llama-q4", binary, model, sweep={"--parallel": [1, 2]})
-    bad = recipe("llama-bad-flag", binary, model, args=LLAMA_ARGS + ["--no-such-flag"])
-    ServerRecipe.objects.filter(id__in=[good.id, bad.id]).update(host=host)
+    good = recipe("llama-q4", binary, model, host="lab-2", sweep={"--parallel": [1, 2]})
+    bad = recipe("llama-bad-flag", binary, model, host="lab-2", args=LLAMA_ARGS + ["--no-such-flag"])
     run = lab_run([good, bad], levels=(1, 2))
     def execute():  # in a thread of its own: the browser's event loop runs in this one
         try:
@@ -316,9 +316,7 @@ def test_the_run_page_shows_the_sweep_and_what_did_not_start_within_1366_px(
 def test_a_member_picks_recipes_and_a_sweep_in_the_run_form(client, llama_paths):
     binary, model = llama_paths
     llama = recipe("llama-q4", binary, model, sweep={"--parallel": [1, 2, 4], "-c": [1024, 2048]})
-    other_host, _ = Host.objects.get_or_create(name="lab-2")
-    far = recipe("far-away", binary, model)
-    ServerRecipe.objects.filter(id=far.id).update(host=other_host)
+    far = recipe("far-away", binary, model, host="lab-2")
     client.force_login(user())
     form = {"title": "", "prompt_tokens": 32, "output_tokens": 8, "temperature": 0.7, "api": "completions",
             "load_mode": "concurrency", "concurrency_levels": "1,2", "request_rates": "", "arrivals": "poisson",
