@@ -386,3 +386,18 @@ def test_each_started_server_gets_the_quality_step_against_the_runs_reference(la
         # Scored while its server ran: after its levels, before it was stopped.
         assert launch.started_at < rows[name].measured_at < launch.finished_at
     assert run.progress_done == run.progress_total
+
+
+@pytest.mark.browser
+def test_the_run_form_offers_recipes_and_their_sweep_within_1366_px(llama_paths, live_server, page):
+    from conftest import log_in
+
+    recipe("llama-q4", *llama_paths, sweep={"--parallel": [1, 2, 4, 8, 16], "-c": [8192, 32768]})
+    page.set_viewport_size({"width": 1366, "height": 900})
+    log_in(page, live_server)
+    assert page.locator("#field-recipes input[type=checkbox]").count() == 1
+    sweep = page.locator("[id^=field-sweep_] input[type=checkbox]")
+    assert sweep.count() == 7 and all(sweep.nth(i).is_checked() for i in range(7))
+    width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], f"the form is {width[0]} px wide in a {width[1]} px window"
+    assert page.js_errors == []
