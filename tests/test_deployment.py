@@ -28,9 +28,6 @@ SERVERS = "compose.v100-servers.yml"
 COMPOSE_FILES = [TEAM, GPU, SERVERS]
 APP_SERVICES = {TEAM: ["migrate", "web", "worker"], GPU: ["gpu-worker"]}
 
-# Read by settings.py once the change proposed in docker/README.md ("Behind HTTPS") is in;
-# the image sets it already.
-PROPOSED_SETTINGS_VARS = {"WHITENOISE_USE_FINDERS"}
 # Variables of the app containers that other programs read.
 OTHER_READERS = {
     "WEB_CONCURRENCY", "FORWARDED_ALLOW_IPS", "GUNICORN_CMD_ARGS",  # gunicorn
@@ -242,7 +239,8 @@ def test_team_settings_defaults():
     assert "redis://" in env["CELERY_BROKER_URL"] and "@redis:6379/" in env["CELERY_BROKER_URL"]
     for name in APP_SERVICES[TEAM]:
         assert "secret_key" in services(TEAM)[name]["secrets"]
-    assert load(TEAM)["secrets"]["secret_key"]["file"] == "./secrets/secret_key"
+    for file in (TEAM, GPU):
+        assert resolve_defaults(load(file)["secrets"]["secret_key"]["file"]) == "./secrets/secret_key"
 
 
 def test_proxy_headers_are_believed_only_where_a_proxy_is_configured():
@@ -295,8 +293,27 @@ def test_images_are_pinned():
         assert repo and tag and "/" not in tag, f"{file}:{name}: {image} has no tag"
         assert tag != "latest", f"{file}:{name}: {image}"
     team = services(TEAM)
-    assert re.fullmatch(r"postgres:16(\.\d+)*(-[a-z0-9]+)?", team["db"]["image"])
-    assert re.fullmatch(r"redis:7(\.\d+)*(-[a-z0-9]+)?", team["redis"]["image"])
+    # The official images by default; POSTGRES_IMAGE / REDIS_IMAGE name stand-ins.
+    assert re.fullmatch(r"\$\{POSTGRES_IMAGE:-postgres:16(\.\d+)*(-[a-z0-9]+)?\}", team["db"]["image"])
+    assert re.fullmatch(r"\$\{REDIS_IMAGE:-redis:7(\.\d+)*(-[a-z0-9]+)?\}", team["redis"]["image"])
+    for file in (TEAM, GPU):
+        builds = [svc["build"] for svc in services(file).values() if "build" in svc and svc["build"]["dockerfile"] == "docker/Dockerfile"]
+        assert builds and all(resolve_defaults(b["args"]["PYTHON_IMAGE"]) == "python:3.11-slim" for b in builds)
+
+
+def test_the_app_image_is_built_by_one_service_only():
+    # Three build sections for one tag build it three times over (compose builds them in parallel).
+    team = services(TEAM)
+    assert [name for name, svc in team.items() if "build" in svc] == ["migrate"]
+    assert len({team[name]["image"] for name in APP_SERVICES[TEAM]}) == 1
+
+
+@pytest.mark.parametrize("file,name,svc", all_services(), ids=lambda x: x if isinstance(x, str) else "")
+def test_long_running_services_have_an_init(file, name, svc):
+    # Python as PID 1 ignores SIGTERM: without an init, `stop` / `down` wait 10 s and SIGKILL.
+    if svc.get("restart") == "no":
+        return
+    assert svc.get("init") is True, f"{file}:{name} has no init: true"
 
 
 # --- environment variables -------------------------------------------------------------------
@@ -336,7 +353,7 @@ def test_every_settings_variable_reaches_the_app_containers():
 
 
 def test_app_containers_pass_only_variables_someone_reads():
-    known = settings_env_vars() | PROPOSED_SETTINGS_VARS | OTHER_READERS
+    known = settings_env_vars() | OTHER_READERS
     for file, names in APP_SERVICES.items():
         for name in names:
             unknown = set(services(file)[name]["environment"]) - known
@@ -408,14 +425,19 @@ def test_example_env_files_hold_no_secret():
 def test_secrets_stay_out_of_git_and_the_image():
     assert (DOCKER / "secrets" / ".gitignore").read_text().split("\n")[-3:-1] == ["*", "!.gitignore"]
     assert {".env", "*.env"} <= set((DOCKER / ".gitignore").read_text().split())
-    ignored = set((DOCKER / "Dockerfile.dockerignore").read_text().split())
+    # At the root, where the legacy builder reads it too (BuildKit would prefer a
+    # docker/Dockerfile.dockerignore: there must be none, or the two would differ).
+    assert not (DOCKER / "Dockerfile.dockerignore").exists()
+    ignored = set((ROOT / ".dockerignore").read_text().split())
     assert {".git", ".venv", "var", "docker/secrets", "docker/.env"} <= ignored
 
 
 # --- the Dockerfile --------------------------------------------------------------------------
 
 def test_dockerfile_base_image_is_pinned_python_311_slim():
-    froms = [args for instr, args in dockerfile_instructions() if instr == "FROM"]
+    instrs = dockerfile_instructions()
+    args = dict(a.split("=", 1) for instr, a in instrs if instr == "ARG" and "=" in a)
+    froms = [re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], a) for instr, a in instrs if instr == "FROM"]
     assert froms and all(":" in f and not f.split(":")[1].startswith("latest") for f in froms)
     assert froms[-1].split()[0].startswith("python:3.11-slim")
 
