@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run the whole test suite on this machine: real PostgreSQL and Redis, a real Celery
 # worker, a real llama.cpp server (built and cached on first use) and Debian's chromium.
+# The deployment test (tests/test_deployment_stack.py) installs and starts a Docker engine itself
+# (scripts/docker-engine.sh; skipped, with the reason, where none can start).
 # Extra arguments go to pytest (e.g. scripts/test.sh -k worker).
 source "$(dirname "$0")/_venv.sh"
 ensure_venv requirements-test.txt
