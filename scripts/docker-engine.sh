@@ -37,6 +37,10 @@ engine() (
       docker.io debootstrap >&2 || die "apt-get install docker.io debootstrap failed"
   fi
   if ! answers; then
+    case "${DOCKER_HOST:-unix:///var/run/docker.sock}" in
+      unix:///var/run/docker.sock|unix:///run/docker.sock) ;;
+      *) die "DOCKER_HOST=$DOCKER_HOST does not answer (only a local engine is started here)" ;;
+    esac
     [ "$(id -u)" = 0 ] || die "dockerd is not running and only root can start it"
     # setsid: the engine outlives this script and the test that called it (its images are the
     # cache). The lock's descriptor is closed for it, or it would hold the lock for ever.

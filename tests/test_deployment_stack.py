@@ -22,6 +22,7 @@ terminal.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -215,6 +216,13 @@ def start_simulator(host: str) -> tuple[subprocess.Popen, str]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, request):
     images = engine_images()
+    # One stack at a time on this machine (its project names are fixed, so that what an
+    # interrupted run left is found and removed): a second test session waits here.
+    lock = open(Path(os.environ.get("DOCKER_CACHE", Path.home() / ".cache" / "v100site-docker")) / ".stack.lock", "w")
+    waited = time.monotonic()
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if time.monotonic() - waited > 1:
+        note("waited for another test session's stack", time.monotonic() - waited)
     folder = tmp_path_factory.mktemp("stack")
     secret = folder / "secret_key"
     secret.write_text(secrets.token_urlsafe(50) + "\n")
@@ -264,6 +272,7 @@ def stack(tmp_path_factory, request):
         s.gpu("down", "-v", "--remove-orphans", check=False, timeout=120)
         s.team("down", "-v", "--remove-orphans", check=False, timeout=120)
         note("`down` (both projects)", time.monotonic() - started)
+        lock.close()  # releases the lock
         TIMES_FILE.parent.mkdir(exist_ok=True)
         TIMES_FILE.write_text(json.dumps(TIMES, indent=2) + "\n")
         capture = request.config.pluginmanager.getplugin("capturemanager")
