@@ -183,8 +183,9 @@ QUALITY_METHODS = {  # method -> (short, in words)
 
 def run_definitions(run: Run) -> list:
     """The run page's "How each number is defined": the catalogue's entries, the quality figures
-    only for a run with a quality step."""
-    return [d for d in definitions() if d.source != "quality" or run.quality]
+    only for a run with a quality step, the start-up ones only for a run that started servers."""
+    launches = run.launches.exists()
+    return [d for d in definitions() if (d.source != "quality" or run.quality) and (d.source != "launch" or launches)]
 
 
 def run_quality(run: Run) -> list[QualityMeasurement]:

@@ -41,7 +41,7 @@ def test_every_entry_says_its_label_unit_definition_direction_and_summary(key):
     assert m.key == key and m.label and m.name and len(m.definition) > 20
     assert m.unit or m.source == "quality"  # only a quality figure may be a pure number
     assert m.better in (HIGHER, LOWER) and m.summary in (DISTRIBUTION, SCALAR)
-    assert m.needs in ("", "chat", "slo") and m.source in ("requests", "gpu", "quality")
+    assert m.needs in ("", "chat", "slo") and m.source in ("requests", "gpu", "quality", "launch")
     # A distribution is read at its statistics, a scalar as itself.
     assert Figure(key, "p50" if m.summary == DISTRIBUTION else None).metric is m
     with pytest.raises(ValueError):
@@ -49,7 +49,8 @@ def test_every_entry_says_its_label_unit_definition_direction_and_summary(key):
 
 
 def test_what_each_place_shows_is_catalogued_and_named_once():
-    for f in (*POINT_FIGURES, *COMPARED, *catalogue.ADVISOR_FIGURES, *catalogue.THROUGHPUT_CHART):
+    for f in (*POINT_FIGURES, *COMPARED, *catalogue.ADVISOR_FIGURES, *catalogue.THROUGHPUT_CHART,
+              *catalogue.LAUNCH_FIGURES):
         assert figure(f.name) == f
     assert {c.key for c in RESULTS_TABLE} <= set(METRICS)
     assert set(catalogue.DISTRIBUTION_CHARTS.values()) | set(catalogue.REQUEST_CSV) <= set(PER_REQUEST)
@@ -69,8 +70,9 @@ def test_the_run_page_defines_exactly_the_catalogue_and_heads_its_table_with_it(
     run = measured_run([endpoint()], levels=(1,), requests=3)
     page = client.get(run.get_absolute_url()).content.decode()
     definitions = page.split('id="definitions"')[1].split("</details>")[0]
-    # The quality figures only for runs with a quality step (tests/test_quality_browser.py).
-    defined = [m for m in catalogue.definitions() if m.source != "quality"]
+    # The quality figures only for runs with a quality step (tests/test_quality_browser.py), the
+    # start-up ones only for runs that started servers (tests/test_compare_lab.py).
+    defined = [m for m in catalogue.definitions() if m.source not in ("quality", "launch")]
     assert re.findall(r'<dt id="metric-([\w]+)">', definitions) == [m.key for m in defined]
     for m in defined:
         assert escape(m.definition) in definitions

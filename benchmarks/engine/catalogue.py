@@ -37,7 +37,8 @@ class Metric:
     # a quality figure's: its difference from the winner's, "2.1 %", or in points for a share)
     quoted: str = ""  # how a sentence quotes a value: "56.0 tok/s per stream"
     needs: str = ""  # the run page shows it only for runs with this: "chat" (reasoning) or "slo"
-    source: str = "requests"  # computed from: "requests" (the client), "gpu" (NVML) or "quality" 
+    source: str = "requests"  # computed from: "requests" (the client), "gpu" (NVML), "quality" or "launch"
+    # ("launch": a server the lab started from a recipe, engine/launcher.py's LaunchReport)
 
     @property
     def lower_is_better(self) -> bool:
@@ -89,6 +90,18 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("peak_memory_gib", "Peak GPU memory", "Peak GPU memory", "GiB",
            "The most device memory in use on the endpoint's GPUs while the level ran (NVML, whole "
            "device: weights, KV cache and anything else on it).", LOWER, SCALAR, 2, source="gpu"),
+    # Start-up (engine/launcher.py): one figure per server the lab started from a recipe, not per level.
+    Metric("health_s", "Start → /health", "Start-up time to /health", "s",
+           "The server's process start until its /health answered 200 (the lab started it from a recipe).",
+           LOWER, SCALAR, 2, source="launch"),
+    Metric("first_token_s", "Start → first token", "Start-up time to a first token", "s",
+           "The server's process start until the first token of a probe request sent once /health answered.",
+           LOWER, SCALAR, 2, source="launch"),
+    Metric("memory_loaded_gib", "Memory after load", "Memory after load", "GiB",
+           "What the server's processes hold once it answers, before any level: GPU memory per process "
+           "(NVML); where there is no GPU, their resident memory (RSS), said so beside the value. vLLM "
+           "takes its --gpu-memory-utilization share at start, so this is its allocation, not its need.",
+           LOWER, SCALAR, 2, source="launch"),
     # Quality (engine/quality.py): one figure per endpoint and evaluation text, not per level.
     Metric("perplexity", "Perplexity", "Perplexity on the evaluation text", "",
            "exp(mean negative log-likelihood of each actual next token), over the scored half of "
@@ -220,6 +233,9 @@ ADVISOR_FIGURES = (Figure("ttft_ms", "p50"), Figure("ttft_ms", "p90"), Figure("t
                    Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("peak_memory_gib"))
 # The requests CSV: each request's value of these per-request metrics, after its stored fields.
 REQUEST_CSV = ("ttft_ms", "tpot_ms", "e2e_ms", "server_decode_tok_s")
+# A comparison's start-up table (series served by servers the lab started) and the decision page's
+# measured start-up: per launch, not per level.
+LAUNCH_FIGURES = (Figure("health_s"), Figure("first_token_s"), Figure("memory_loaded_gib"))
 # A comparison's quality table (and its CSV), and what its quality sentences compare.
 COMPARISON_QUALITY = (Figure("perplexity"), Figure("kl_mean"), Figure("kl_p99"), Figure("same_top_share"),
                       Figure("greedy_identical_share"))
