@@ -14,6 +14,7 @@ advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequence[Ev
        variant_bytes: Mapping[str, float] | None = None,   # actual sizes, keyed by quantization
        gpu_memory_utilization: float | None = None,        # vLLM; None = the fact's 0.9
        quality: Sequence[QualityEvidence] = (),            # measured and published quality
+       launches: Sequence[LaunchEvidence] = (),            # the lab's starts, newest first
        ) -> Recommendation
 
 GpuSpec(name, compute_capability: tuple[int, int], vram_gib, count=1, interconnect="pcie",
@@ -30,6 +31,10 @@ Evidence(id, candidate, kind ("measured" | "published"), label, gpu_name, comput
          # its figures are engine.catalogue.ADVISOR_FIGURES, named as the catalogue names them
 EngineBuilds(vllm_version: tuple[int, int] | None = None, vllm_fp8_sm75: bool = False)
 Candidate(key, label, backend, quantization, requires, size_fact, embedding_bits, kv_cache_bytes=2)
+LaunchEvidence(id, candidate, label, gpu_name, compute_capability, started, model, url, host_id,
+         engine_version, flags, gpu_count, cause_code, cause, cause_line, log_excerpt, exit, health_s,
+         first_token_s, memory_loaded_mib, memory_source ("gpu" | "rss"), memory_note)
+         # one server the lab started from a recipe, or that did not start (launches.py)
 QualityEvidence(id, candidate, model, label, point: engine.points.QualityPoint, url=None)
          # one candidate's variant of a base model: its quality figures, measured or published,
          # and what they are figures of (text, windows, reference); read only for that model
@@ -64,6 +69,11 @@ stated): the KL divergence from one reference on one text in one window setting,
 one text, whichever compares the most candidates (KL on a tie); it says which in each reason.
 Quality is read only for the decision's model (any GPU); speed evidence as below.
 
+Measured starts beat the facts table: a launch of the candidate, for this model, on this host or a
+GPU of the same model or compute capability that did not start for a reason of the GPU (its
+compute capability, or the quantization on it) refuses it with the log line and the run's link; one
+that started where the facts table says it cannot is used and said as a measured contradiction.
+
 Evidence is preferred in this order: measured on this host, on the same GPU model, on the same
 compute capability, then published (same GPU model or compute capability only). Within the best
 tier, one series (GPU, host, prompt/output shape: the closest to the workload's) is read at the
@@ -81,8 +91,9 @@ from .memory import MemoryFit, kv_bytes_per_token, memory_fit, weight_bytes
 from .performance import EvidenceRef, Performance, Predicted, predict, read_at
 from .published import V100_LABEL, published_v100_evidence, published_v100_quality
 from .quality import QualityBasis, QualityRead, read_quality
-from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelSpec, Priority, QualityEvidence,
-                    Workload)
+from .launches import LaunchRead, LaunchRef, StartupRead, read_launches
+from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, LaunchEvidence, ModelSpec, Priority,
+                    QualityEvidence, Workload)
 
 __all__ = [
     "advise", "check_targets", "Recommendation", "CandidateResult", "Note", "SuggestedRun",
@@ -92,5 +103,6 @@ __all__ = [
     "published_v100_evidence", "published_v100_quality", "QualityBasis", "QualityRead", "QualityEvidence",
     "read_quality", "PRIORITIES", "PRIORITY", "Priority", "EngineBuilds", "Evidence", "GpuSpec", "ModelSpec",
     "Workload", "DEEPSEEK_R1_DISTILL_QWEN_7B", "DEEPSEEK_R1_DISTILL_QWEN_14B", "DEEPSEEK_R1_DISTILL_QWEN_32B",
-    "BUILTIN_MODELS", "AdviceInputError", "start_check", "validate_inputs",
+    "BUILTIN_MODELS", "AdviceInputError", "start_check", "validate_inputs", "LaunchEvidence", "LaunchRead",
+    "LaunchRef", "StartupRead", "read_launches",
 ]

@@ -8,22 +8,28 @@ from datetime import date
 from typing import Mapping, Sequence
 
 from ..engine.catalogue import figure
-from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, users_str,
+from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, min_compute_capability, users_str,
                     ineligible_reasons, requirements, start_check)
 from .launch import Launch, launch
+from .launches import (LaunchRef, StartupRead, contradiction_reason, did_not_start_reason, measured_fit,
+                       other_failure_reason, read_launches, startup_sentence)
 from .memory import MemoryFit, memory_fit
 from .performance import BASES, EvidenceRef, Performance, Predicted, predict
 from .prior import estimate
 from .quality import QualityBasis, QualityRead, quality_sentence, read_quality
-from .specs import PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, ModelSpec, QualityEvidence, Workload
+from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, LaunchEvidence, ModelSpec, QualityEvidence,
+                    Workload)
 
 PRIORITY_PHRASES = {key: p.phrase for key, p in PRIORITY.items()}
 QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the speed evidence
-# Of Recommendation.to_dict(): 4 adds the verdict's reasons (why), each candidate's launch command,
+# Of Recommendation.to_dict(): 5 adds each candidate's measured start (did it start on a GPU like this
+# one, the launches it rests on, its start-up time and memory after load, a contradiction of the
+# facts table); 4 adds the verdict's reasons (why), each candidate's launch command,
 # estimate, releases and capacity, predicted bands; 3 adds each candidate's quality and the quality
 # basis; 2 names figures as the catalogue does; 1 (no "version") named them ttft_p50_ms-style.
 # Every addition is optional to the reader (presenter.result_from_stored).
-RESULT_VERSION = 4
+RESULT_VERSION = 5
+SHOWN_FAILURES = 3  # a candidate's launches that did not start, for their own reasons, named in its reasons
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,11 @@ class CandidateResult:
     launch: Launch | None = None  # the command that starts it as sized (None: it cannot start or fit)
     estimate: str = ""  # how the physical prior was derived, when it stands in for evidence
     releases: str = ""  # which releases of its engine start it, when the version was not given
+    started: str = "not measured"  # the lab's: "did not start" | "started" | "not measured" on a GPU like this
+    launches: list[LaunchRef] = field(default_factory=list)  # the lab's launches read (deciding ones first)
+    startup: StartupRead | None = None  # measured start-up time and memory after load
+    contradiction: str = ""  # a start measured where the facts table says it cannot
+    memory_measured: str = ""  # the measured memory after load beside the modelled fit
 
     @property
     def recommendable(self) -> bool:
@@ -428,22 +439,31 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
            builds: EngineBuilds = EngineBuilds(),
            variant_bytes: Mapping[str, float] | None = None,
            gpu_memory_utilization: float | None = None,
-           quality: Sequence[QualityEvidence] = ()) -> Recommendation:
+           quality: Sequence[QualityEvidence] = (),
+           launches: Sequence[LaunchEvidence] = ()) -> Recommendation:
     validate_inputs(model, workload, gpu, gpu_memory_utilization)
     evidence = list(evidence)
     cc = tuple(gpu.compute_capability)
     by_key = {c.key: c for c in candidates}
     quality_read = read_quality(candidates, model, quality)
-    results, perfs = [], {}
+    results, perfs, labs = [], {}, {}
     for c in candidates:
         start = start_check(c, cc, builds)
         refusals = ineligible_reasons(c, cc, builds)
         fit = memory_fit(c, model, gpu, workload.users, workload.context, variant_bytes,
                          gpu_memory_utilization)
+        lab = labs[c.key] = read_launches(c, gpu, model, launches, builds, gpus_used=fit.gpus_used)
+        contradiction = ""
+        if lab.outcome == "did not start":  # measured: beats what the facts table says
+            refusals = [did_not_start_reason(lab.decided_by, bool(refusals))] + refusals
+        elif lab.outcome == "started" and refusals:
+            contradiction, refusals = contradiction_reason(lab.decided_by, c, min_compute_capability(c, builds)), []
+        modelled = fit
+        fit = measured_fit(c, fit, lab.startup) or fit
         perf = predict(c, gpu, workload, evidence, builds, model=model, gpus_used=fit.gpus_used)
         estimated = ""
         if perf.basis is None and not refusals and fit.fits:  # nothing measured: the physical prior
-            prior = estimate(c, model, gpu, workload, fit.weights_gib * 1024**3, fit.gpus_used, fit.split,
+            prior = estimate(c, model, gpu, workload, modelled.weights_gib * 1024**3, fit.gpus_used, fit.split,
                              evidence, by_key)
             perf.metrics.update({m: p for m, p in prior.metrics.items() if p.value is not None})
             estimated = prior.sentence
@@ -455,6 +475,16 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             value, value_text, value_how = _priority(workload.priority, perf.metrics, fit)
 
         reasons = list(refusals)
+        if contradiction:
+            reasons.append(contradiction)
+        started_refs = lab.decided_by if lab.outcome == "started" else []
+        reasons += [other_failure_reason(ref, started_refs) for ref in lab.other_failures[:SHOWN_FAILURES]]
+        if len(lab.other_failures) > SHOWN_FAILURES:
+            reasons.append(f"{len(lab.other_failures) - SHOWN_FAILURES} more launches did not start (see the lab's "
+                           f"launches below).")
+        if lab.startup:
+            reasons.append(startup_sentence(lab.startup))
+        memory_measured = _memory_measured(c, lab.startup, fit)
         reasons.append(fit.explanation)
         if fit.default_context_note and not refusals:
             reasons.append(fit.default_context_note)
@@ -484,7 +514,9 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             evidence=perf.evidence, evidence_notes=perf.notes, meets_targets=checks,
             meets_all=_meets_all(checks), priority_value=value, priority_how=value_how,
             priority_text=value_text, reasons=reasons, quality=quality_read.reads[c.key], estimate=estimated,
-            releases="" if refusals else start.releases_text,
+            releases="" if refusals or contradiction else start.releases_text,
+            started=lab.outcome, launches=lab.decided_by + lab.other_failures, startup=lab.startup,
+            contradiction=contradiction, memory_measured=memory_measured,
             launch=launch(c, model, gpu, workload, fit) if not refusals and fit.fits else None))
 
     results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0]))]
@@ -508,6 +540,10 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
 
     summary = _summary(gpu, workload, results, runnable, rec, candidates)
     caveats = _caveats(workload, results, perfs, evidence, by_key)
+    caveats += [r.contradiction for r in results if r.contradiction]
+    for c in candidates:
+        for why, n in labs[c.key].ignored_why.items():
+            caveats.append(f"{'1 launch' if n == 1 else f'{n} launches'} of {c.label} not used: {why}.")
     return Recommendation(
         gpu=gpu, model=model, workload=workload, builds=builds, ranked=results,
         recommended=rec.key if rec else None, summary=summary, caveats=caveats,
@@ -515,6 +551,26 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         hardware_notes=hardware_notes(gpu, workload, results, candidates, builds),
         measure_next=measure_next(gpu, workload, results), quality_basis=quality_read.basis,
         why=_why(gpu, workload, results, rec))
+
+
+def _memory_measured(c: Candidate, startup: StartupRead | None, fit: MemoryFit) -> str:
+    """The measured memory after load beside the modelled fit, saying which one the fit is."""
+    if startup is None or startup.memory_loaded_gib is None:
+        return ""
+    ref = startup.launch
+    if fit.basis == "measured":
+        flags = ref.flags or "as its recipe starts it"
+        return (f"The fit is measured: {fmt(startup.memory_loaded_gib)} GiB of GPU memory after load ({flags}; "
+                f"{ref.label}) gives the weights and runtime; this workload's KV cache is modelled on top.")
+    if startup.memory_source != "gpu":
+        return (f"Memory after load was measured only as resident memory (RSS, {fmt(startup.memory_loaded_gib)} GiB, "
+                f"{ref.label}): no GPU memory was read, so the fit is modelled.")
+    held = (" vLLM takes its --gpu-memory-utilization share at start whatever it needs, so this is its "
+            "allocation, not its need." if c.backend == "vllm" else "")
+    return (f"Memory after load measured: {fmt(startup.memory_loaded_gib)} GiB of GPU memory "
+            f"({ref.flags or 'as its recipe starts it'}; {ref.label}), against {fmt(fit.required_gib)} GiB modelled "
+            f"for this workload. The fit is modelled, not this measurement: the launch's flags size its own KV "
+            f"cache.{held}")
 
 
 def _why(gpu: GpuSpec, workload: Workload, results: list[CandidateResult], rec: CandidateResult | None) -> list[str]:

@@ -138,6 +138,7 @@ class MemoryFit:
     allocated_gib: float = 0.0  # what the engine takes at start-up (vLLM: all of usable)
     capacity: list[Capacity] = field(default_factory=list)  # one per KV-cache choice
     default_context_note: str = ""  # vLLM without --max-model-len, when that would not start
+    basis: str = "modelled"  # "measured": weights and runtime from a launch's memory after load (launches.py)
 
 
 def _counts(candidate: Candidate, gpu: GpuSpec) -> list[int]:

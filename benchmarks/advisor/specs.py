@@ -132,3 +132,41 @@ class EngineBuilds:
     vllm_version: tuple[int, int] | None = None
     llamacpp_build: str | None = None
     source: str = ""
+
+
+@dataclass(frozen=True)
+class LaunchEvidence:
+    """One server the lab started from a recipe on a host's GPU, or that did not start there:
+    measured, and keyed as speed evidence is (candidate, model, engine version, flags, GPU), so
+    it is never carried to another model. A start that failed keeps its recognised cause
+    (engine.launcher.CAUSES' codes), the log line that says it and the last lines of its log."""
+
+    id: str
+    candidate: str  # Candidate.key
+    label: str
+    gpu_name: str
+    compute_capability: tuple[int, int]
+    started: bool  # reached /health
+    model: str = ""
+    url: str | None = None  # the run's launch row
+    host_id: str | None = None
+    engine_version: str = ""  # as the server said (its /version or /props), else its log; "" unknown
+    flags: str = ""  # the setting it was started at
+    gpu_count: int = 1
+    cause_code: str = ""
+    cause: str = ""  # the cause in words
+    cause_line: str = ""
+    log_excerpt: str = ""
+    exit: str = ""  # "exit code 1", "signal SIGKILL", "no answer on /health"
+    health_s: float | None = None  # start -> /health 200
+    first_token_s: float | None = None  # start -> a probe's first token
+    memory_loaded_mib: float | None = None  # the server's processes after load
+    memory_source: str = ""  # "gpu" (NVML) | "rss" (no GPU: resident memory, not GPU memory)
+    memory_note: str = ""
+    # The tokens of 16-bit KV cache its flags allocate at load (llama.cpp's -c, shared by its
+    # slots); None when its flags do not say, or quantize the cache.
+    kv_context_tokens: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return "measured"  # as Evidence.kind: the lab only measures
