@@ -1,7 +1,8 @@
 """What the decision page shows of a saved result, and the "measure this next" links.
 
 Saved results are read through `result_from_stored`, which reads every version the advisor has
-written (Recommendation.to_dict: 4 adds the verdict's three reasons, each candidate's launch command,
+written (Recommendation.to_dict: 5 adds each candidate's measured start, launches, start-up and
+measured memory after load; 4 adds the verdict's three reasons, each candidate's launch command,
 estimate, releases and capacity; 3 adds each candidate's quality and the quality basis; 2 names
 figures as the metric catalogue does; 1, with no "version", named them ttft_p50_ms, decode_tok_s,
 ...). Labels and units are the catalogue's.
@@ -19,7 +20,7 @@ from benchmarks.advisor.performance import METRICS
 from benchmarks.compare import shown
 from benchmarks.decisions.forms import INTERCONNECTS
 from benchmarks.decisions.selectors import CANDIDATES, VARIANT_QUANTIZATION, endpoints_for
-from benchmarks.engine.catalogue import COMPARISON_QUALITY, figure
+from benchmarks.engine.catalogue import COMPARISON_QUALITY, LAUNCH_FIGURES, figure
 from benchmarks.importers.published import QUALITY_LABEL
 
 # Version 1's figure names -> the catalogue's.
@@ -48,7 +49,10 @@ def result_from_stored(result: dict) -> dict:
     if version < 4:  # no verdict lines, launch commands, estimates or capacity: the page leaves them out
         result = {**result, "why": result.get("why") or [],
                   "ranked": [{"launch": None, "estimate": "", "releases": "", **c} for c in result["ranked"]]}
-    return {**result, "version": 4}
+    if version < 5:  # decided before the lab's launches were read
+        result = {**result, "ranked": [{"started": None, "launches": [], "startup": None, "contradiction": "",
+                                        "memory_measured": "", **c} for c in result["ranked"]]}
+    return {**result, "version": 5}
 
 
 def _quality(q: dict | None) -> dict | None:
@@ -67,6 +71,23 @@ def _quality(q: dict | None) -> dict | None:
         rows.append({"key": f.key, "title": f.title, "definition": f.metric.definition, "text": text})
     source = {"measured": "measured here", "published": QUALITY_LABEL}.get(q["how"], "not measured")
     return {**q, "rows": rows, "source": source}
+
+
+def _startup(s: dict | None) -> list[dict]:
+    """A candidate's measured start-up as rows of the catalogue's start-up figures; memory says
+    whether it is GPU memory or, with no GPU, resident memory."""
+    if not s:
+        return []
+    values = {"health_s": s.get("health_s"), "first_token_s": s.get("first_token_s"),
+              "memory_loaded_gib": s.get("memory_loaded_gib")}
+    rows = []
+    for f in LAUNCH_FIGURES:
+        value = values.get(f.key)
+        text = "—" if value is None else f"{value:,.{f.metric.digits}f}"
+        if f.key == "memory_loaded_gib" and value is not None:
+            text += " GPU" if s.get("memory_source") == "gpu" else " RSS (no GPU: not GPU memory)"
+        rows.append({"key": f.key, "title": f.title, "definition": f.metric.definition, "text": text})
+    return rows
 
 
 def _source_of(ref: dict) -> str:
@@ -91,6 +112,7 @@ def decision_display(stored: dict) -> dict:
             "is_recommended": c["key"] == result["recommended"],
             "flags": sorted({f for e in c["evidence"] for f in e["flags"]}),
             "quality_row": _quality(c["quality"]),
+            "startup_rows": _startup(c.get("startup")),
         })
     workload = result["workload"]
     gpu = result["gpu"]

@@ -13,12 +13,15 @@ from django.http import Http404
 from django.utils.text import slugify
 
 from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, EngineBuilds, Evidence, GpuSpec,
-                                ModelSpec, QualityEvidence, published_v100_evidence, published_v100_quality)
+                                LaunchEvidence, ModelSpec, QualityEvidence, published_v100_evidence,
+                                published_v100_quality)
+from benchmarks.advisor.launches import parse_version
 from benchmarks.advisor.performance import gpu_key
 from benchmarks.engine.catalogue import ADVISOR_FIGURES
 from benchmarks.engine.points import QualityPoint
-from benchmarks.models import Decision, Endpoint, Gpu, Host, LevelResult, Model, QualityMeasurement, Run
-from benchmarks.selectors import decision_by_public_id, endpoint_label, level_point
+from benchmarks.models import (Decision, Endpoint, Gpu, Host, LevelResult, Model, QualityMeasurement, Run,
+                               ServerLaunch)
+from benchmarks.selectors import address_hider, decision_by_public_id, endpoint_label, level_point
 
 # Candidate.quantization -> Variant.quantization: how a registered endpoint maps to a candidate.
 # A candidate whose quantization the inventory cannot name (Q5_K_M) has no measured evidence.
@@ -31,6 +34,8 @@ CC_MIN, CC_MAX = (3, 0), (15, 9)  # the compute capabilities a GPU can state
 CC_RANGE = f"from {CC_MIN[0]}.{CC_MIN[1]} to {CC_MAX[0]}.{CC_MAX[1]}"
 EVIDENCE_LIMIT = 2000  # newest measured levels read per decision
 QUALITY_LIMIT = 500  # newest quality measurements read per decision
+LAUNCH_LIMIT = 500  # newest lab launches read per decision
+LOG_EXCERPT_LINES = 8  # of a launch that did not start, the last lines of its log shown with the decision
 _CC_RE = re.compile(r"(\d{1,2})(?:\.(\d))?")
 
 
@@ -159,13 +164,95 @@ def served_version(identity) -> str:
     return str(value)[:100] if isinstance(value, (str, int, float)) else ""
 
 
-_VERSION_RE = re.compile(r"v?(\d{1,3})\.(\d{1,3})")
+# What a server's own log says it is, for a launch whose server never answered /version or /props.
+_LOGGED_VERSION = re.compile(r"vLLM API server version (\S+)|\bvLLM version:? (\S+)|\bbuild: (\d+ \(\w+\))")
+_TENSOR_PARALLEL = ("--tensor-parallel-size", "-tp")
+_CONTEXT = ("-c", "--ctx-size")
+_QUANTIZED_CACHE = ("-ctk", "-ctv", "--cache-type-k", "--cache-type-v")
 
 
-def parse_version(text) -> tuple[int, int] | None:
-    """'0.11.0', 'v0.21.1rc2' -> (0, 11), (0, 21); None when it is no release number."""
-    m = _VERSION_RE.match(str(text or "").strip())
-    return (int(m.group(1)), int(m.group(2))) if m else None
+def _logged_version(log: str) -> str:
+    m = _LOGGED_VERSION.search(log or "")
+    return next((g for g in m.groups() if g), "")[:100] if m else ""
+
+
+def _launch_gpu_count(launch: ServerLaunch) -> int:
+    """How many GPUs the server was started on: its tensor-parallel size (the setting, else the
+    recipe's arguments), else one."""
+    try:
+        return max(int(_flag_value(launch, _TENSOR_PARALLEL) or 1), 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def _flag_value(launch: ServerLaunch, flags: tuple[str, ...]):
+    """The value of one of these flags as the server was started: its setting, else its recipe's
+    arguments; None when neither sets it."""
+    for f in flags:
+        if f in launch.setting:
+            return launch.setting[f]
+    args = launch.recipe.args
+    return next((args[i + 1] for i, a in enumerate(args[:-1]) if a in flags), None)
+
+
+def _kv_context_tokens(launch: ServerLaunch) -> int | None:
+    """llama.cpp's -c: the tokens of KV cache it allocates at load (16-bit unless a cache type is
+    set: then None, as when -c is not given or 0, the model's own length)."""
+    if launch.recipe.backend != "llamacpp" or _flag_value(launch, _QUANTIZED_CACHE) is not None:
+        return None
+    try:
+        tokens = int(_flag_value(launch, _CONTEXT))
+    except (TypeError, ValueError):
+        return None
+    return tokens if tokens > 0 else None
+
+
+def _exit_text(report) -> str:
+    if report.exit_signal:
+        return f"ended by {report.exit_signal}"
+    if report.exit_code is not None:
+        return f"exit code {report.exit_code}"
+    return report.failure or "it never answered /health"
+
+
+def launch_evidence_from_db(*, limit: int = LAUNCH_LIMIT) -> list[LaunchEvidence]:
+    """The lab's launches in finished runs, newest first: each server a recipe started (its
+    start-up and memory after load) or that did not start (its cause, log line and the last lines
+    of its log, addresses blanked), keyed to the recipe's variant (model and candidate), its host's
+    GPU and the engine version the server said (else its log said). Refused launches never ran
+    and say nothing about a GPU. Two queries, and one per run for its addresses."""
+    rows = (ServerLaunch.objects.filter(run__status__in=Run.FINISHED, recipe__variant__isnull=False,
+                                        status__in=(ServerLaunch.STOPPED, ServerLaunch.DID_NOT_START))
+            .select_related("run", "recipe__variant__model", "recipe__host", "endpoint")
+            .prefetch_related(Prefetch("recipe__host__gpus", queryset=Gpu.objects.order_by("index")))
+            .defer("run__preflight", "run__flags", "run__error")
+            .order_by("-run__created", "-run_id", "-pk")[:limit])
+    hiders, evidence = {}, []
+    for launch in rows:
+        recipe, run = launch.recipe, launch.run
+        candidate = CANDIDATE_FOR.get((recipe.backend, recipe.variant.quantization))
+        gpus = list(recipe.host.gpus.all())[:1]
+        if candidate is None or not gpus or not gpus[0].name or not parse_cc(gpus[0].compute_capability):
+            continue
+        if run.id not in hiders:
+            hiders[run.id] = address_hider(run.endpoints.all())
+        blank, report = hiders[run.id], launch.figures
+        started = launch.status == ServerLaunch.STOPPED and report.health_s is not None
+        said = served_version(run.server_config.get(str(launch.endpoint_id))) if launch.endpoint_id else ""
+        tail = [line for line in report.log_tail.splitlines() if line.strip()]
+        evidence.append(LaunchEvidence(
+            id=f"launch-{launch.public_id}", candidate=candidate.key, label=f"{run} · {launch}",
+            gpu_name=gpus[0].name, compute_capability=parse_cc(gpus[0].compute_capability), started=started,
+            model=recipe.variant.model.name, url=f"{run.get_absolute_url()}#launch-{launch.public_id}",
+            host_id=str(recipe.host_id), engine_version=said or _logged_version(report.log_tail),
+            flags=launch.label, gpu_count=_launch_gpu_count(launch), cause_code=report.cause.code,
+            cause=report.cause.label, cause_line=blank(report.cause.line),
+            log_excerpt="" if started else blank("\n".join(tail[-LOG_EXCERPT_LINES:])),
+            exit="" if started else _exit_text(report), health_s=report.health_s,
+            first_token_s=report.first_token_s, memory_loaded_mib=report.memory_loaded.server_mib,
+            memory_source=report.memory_loaded.source, memory_note=report.memory_loaded.note,
+            kv_context_tokens=_kv_context_tokens(launch)))
+    return evidence
 
 
 def evidence_from_db(*, limit: int = EVIDENCE_LIMIT, published: bool = True) -> EvidenceList:

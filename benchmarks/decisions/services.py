@@ -1,9 +1,10 @@
-"""Decision services: decide (the Django-free advisor, on the evidence measured here) and save."""
+"""Decision services: decide (the Django-free advisor, on the evidence measured here: levels, quality
+and the lab's launches) and save."""
 from __future__ import annotations
 
 from benchmarks.advisor import advise
 from benchmarks.decisions.forms import Specs
-from benchmarks.decisions.selectors import evidence_from_db, quality_evidence_from_db
+from benchmarks.decisions.selectors import evidence_from_db, launch_evidence_from_db, quality_evidence_from_db
 from benchmarks.models import Decision
 
 
@@ -12,7 +13,7 @@ def decision_compute(*, specs: Specs) -> dict:
     evidence = evidence_from_db()
     rec = advise(specs.gpu, specs.model, specs.workload, evidence, variant_bytes=specs.variant_bytes or None,
                  quality=quality_evidence_from_db(), builds=specs.builds,
-                 gpu_memory_utilization=specs.gpu_memory_utilization)
+                 gpu_memory_utilization=specs.gpu_memory_utilization, launches=launch_evidence_from_db())
     result = rec.to_dict()
     result["host"] = specs.host
     result["model_source"] = specs.model_source
