@@ -2,7 +2,8 @@
 
 A series is one server's numbers over load levels:
     {"label", "kind" (measured | imported | published), "url", "backend", "quantization",
-     "gpu", "gpu_count", "fingerprint": {...}, "levels": [engine.points.Point]}
+     "gpu", "gpu_count", "fingerprint": {...}, "levels": [engine.points.Point],
+     "launch": engine.launcher.LaunchReport | None}   # a server the lab started for the run
 Only comparable series belong together: the fingerprint holds what must match. The figures
 compared, their units and which of two values wins come from the metric catalogue.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import csv
 import io
 
-from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, QUALITY_COMPARED, Figure
+from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure
 from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
 
 FINGERPRINT_FIELDS = {
@@ -108,6 +109,35 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     text = phrase.format(winner=winner["label"], loser=loser["label"], ratio=ratio, what=f.label)
     return {"text": f"{text} {where} ({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}).", "metric": f.name,
             "values": [a, b], "labels": [x["label"], y["label"]]}
+
+
+# ---------------------------------------------------------------- start-up
+def launch_values(report) -> dict:
+    """A LaunchReport's figures of catalogue.LAUNCH_FIGURES, by name, in their units."""
+    mib = report.memory_loaded.server_mib
+    return {"health_s": report.health_s, "first_token_s": report.first_token_s,
+            "memory_loaded_gib": None if mib is None else mib / 1024}
+
+
+def startup_table(series: list[dict]) -> list[dict]:
+    """Beside the comparison table: a row per series whose server the lab started for its run, its
+    start-up times and memory after load (catalogue.LAUNCH_FIGURES), memory said to be GPU memory
+    (NVML) or, with no GPU, resident memory. [] when no series was started by the lab."""
+    rows = []
+    for s in series:
+        report = s.get("launch")
+        if report is None:
+            continue
+        values = launch_values(report)
+        cells = []
+        for f in LAUNCH_FIGURES:
+            text = shown(f, values[f.key])
+            if f.key == "memory_loaded_gib" and values[f.key] is not None:
+                text += " GPU" if report.memory_loaded.source == "gpu" else " RSS"
+            cells.append({"name": f.name, "text": text})
+        rows.append({"label": s["label"], "url": s["url"], "cells": cells,
+                     "memory_note": report.memory_loaded.note})
+    return rows
 
 
 # ---------------------------------------------------------------- quality

@@ -335,6 +335,8 @@ def run_series(run: Run) -> list[dict]:
     levels = list(run.levels.select_related("endpoint__host", "endpoint__variant")
                   .prefetch_related("endpoint__gpus", "endpoint__host__gpus").defer("gpu_series", "server_series")
                   .order_by("endpoint__name", "level_index"))
+    # A server the lab started for this run: its start-up and memory after load, per series.
+    launches = {lc.endpoint_id: lc for lc in run.launches.filter(endpoint__isnull=False)}
     by_endpoint: dict[int, dict] = {}
     for lv in levels:
         e = lv.endpoint
@@ -347,7 +349,7 @@ def run_series(run: Run) -> list[dict]:
                 "fingerprint": fingerprint(prompt_tokens=run.prompt_tokens, output_tokens=run.output_tokens,
                                            temperature=run.temperature, api=run.api, load_mode=run.load_mode,
                                            gpu=gpu, gpu_count=count),
-                "levels": []}
+                "levels": [], "launch": launches[e.id].figures if e.id in launches else None}
         by_endpoint[e.id]["levels"].append(level_point(lv))
     return list(by_endpoint.values())
 

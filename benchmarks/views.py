@@ -9,7 +9,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from benchmarks import charts, selectors, services
-from benchmarks.compare import differences, quality_csv, quality_sentences, quality_table, ratio_sentences
+from benchmarks.compare import (differences, quality_csv, quality_sentences, quality_table, ratio_sentences,
+                                startup_table)
 from benchmarks.decorators import hides_addresses, permalink
 from benchmarks.engine import catalogue
 from benchmarks.engine.metrics import request_value
@@ -272,7 +273,8 @@ def comparison_detail(request, public_id: str):
         "comparison": comparison, "series": series, "warnings": differences(series),
         "ratios": ratio_sentences(series), "figures": catalogue.COMPARISON_TABLE,
         "quality": quality_table(quality), "quality_sentences": quality_sentences(quality),
-        "quality_figures": catalogue.COMPARISON_QUALITY})
+        "quality_figures": catalogue.COMPARISON_QUALITY, "startup": startup_table(series),
+        "startup_figures": catalogue.LAUNCH_FIGURES})
 
 
 @permalink

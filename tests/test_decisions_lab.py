@@ -211,6 +211,9 @@ def test_launch_evidence_is_read_in_a_bounded_number_of_queries(lab, django_asse
     with django_assert_max_num_queries(2 + 2 * 2):  # the launches, their hosts' GPUs; per run its endpoints
         rows = selectors.launch_evidence_from_db()
     assert {r.candidate for r in rows} == {"vllm-fp8", "llamacpp-q4_k_m"}
+    # llama.cpp's -c from the recipe's arguments (the KV cache it allocates at load); vLLM has none.
+    assert {r.candidate: (r.kv_context_tokens, r.gpu_count) for r in rows} == {
+        "vllm-fp8": (None, 1), "llamacpp-q4_k_m": (1024, 1)}
 
 
 def test_a_decision_saved_before_launches_were_read_still_shows(client):
