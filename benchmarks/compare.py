@@ -1,8 +1,9 @@
 """Side-by-side comparison of result series (measured runs and imported reports), Django-free.
 
 A series is one server's numbers over load levels:
-    {"label", "kind" (measured | imported | published), "url", "backend", "quantization",
-     "gpu", "gpu_count", "fingerprint": {...}, "levels": [engine.points.Point],
+    {"label", "kind" (measured | imported | published), "url", "backend", "model", "quantization",
+     "tool" (what measured it: "serving" here, an importer's kind), "run", "date", "gpu", "gpu_count",
+     "fingerprint": {...}, "levels": [engine.points.Point],
      "launch": engine.launcher.LaunchReport | None}   # a server the lab started for the run
 Only comparable series belong together: the fingerprint holds what must match. The figures
 compared, their units and which of two values wins come from the metric catalogue.
@@ -42,22 +43,95 @@ def _round(v):
     return None if v is None else round(float(v))
 
 
-def differences(series: list[dict]) -> list[str]:
-    """Plain-language warnings for every fingerprint field on which the series disagree.
-    Unknown values (None, e.g. a temperature an imported file does not state) are reported
-    as unknown rather than silently matched."""
+def _grouped(series: list[dict], value) -> str:
+    """Each distinct value once with the series that have it: "100 for A and B; 128 for C"."""
+    groups: dict = {}
+    for s in series:
+        v = value(s)
+        groups.setdefault("unknown" if v is None else v, []).append(s["label"])
+    return "; ".join(f"{v} for {_and(labels)}" for v, labels in groups.items())
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def model_differences(series: list[dict]) -> list[str]:
+    """A different model, or variant of one model, said first: no ratio between them measures a
+    server alone. A series' "model" is its base model's name (None: not stated), its
+    "quantization" the variant's."""
     warnings = []
+    models = {s.get("model") for s in series if s.get("model")}
+    if len(models) > 1:
+        warnings.append(f"Different models — {_grouped(series, lambda s: s.get('model'))}. The ratios below compare "
+                        "different models (size and architecture), not only the servers.")
+    elif models and any(not s.get("model") for s in series):
+        missing = _and([s["label"] for s in series if not s.get("model")])
+        warnings.append(f"Model not stated for {missing}; the others served {next(iter(models))}: "
+                        "the ratios below may compare different models.")
+    variants = {s.get("quantization") for s in series if s.get("quantization")}
+    if len(variants) > 1:
+        warnings.append(f"Different variants (quantization) — {_grouped(series, lambda s: s.get('quantization'))}: "
+                        "speed and quality change with the variant as well as with the server.")
+    return warnings
+
+
+# What an offline benchmark's decode figure is, said once when it sits beside serving figures.
+OFFLINE_TOOLS = {
+    "llama-bench": "llama-bench's tg figures (e.g. tg128) time one sequence decoding in-process: no HTTP server, "
+                   "no tokenization or sampling, no other request in flight. Serving decode per stream is read "
+                   "from streamed responses over HTTP under load, so llama-bench is expected to be faster; the two "
+                   "compare only at 1 concurrent user, and even there the gap is the serving overhead.",
+}
+
+
+def method_differences(series: list[dict]) -> list[str]:
+    offline = {s.get("tool") for s in series if s.get("tool") in OFFLINE_TOOLS}
+    serving = [s for s in series if s.get("tool") not in OFFLINE_TOOLS]
+    if not offline or not serving:
+        return []
+    return [f"{_and([s['label'] for s in series if s.get('tool') == tool])}: {OFFLINE_TOOLS[tool]}"
+            for tool in sorted(offline)]
+
+
+def differences(series: list[dict]) -> list[str]:
+    """Plain-language warnings: a different model or variant first, then a different method of
+    measuring, then every fingerprint field on which the series disagree, each distinct value
+    once with its series. Unknown values (None, e.g. a temperature an imported file does not
+    state) are reported as unknown rather than silently matched."""
+    warnings = model_differences(series) + method_differences(series)
     for key, name in FINGERPRINT_FIELDS.items():
         values = [s["fingerprint"].get(key) for s in series]
         known = {v for v in values if v is not None}
         if len(known) > 1:
-            detail = ", ".join(f"{s['label']}: {s['fingerprint'].get(key) if s['fingerprint'].get(key) is not None else 'unknown'}"
-                               for s in series)
+            detail = _grouped(series, lambda s: s["fingerprint"].get(key))
             warnings.append(f"Different {name} — {detail}. These numbers are not directly comparable.")
         elif known and None in values:
             missing = ", ".join(s["label"] for s in series if s["fingerprint"].get(key) is None)
             warnings.append(f"{name[0].upper() + name[1:]} unknown for {missing}; the others used {known.pop()}.")
     return warnings
+
+
+def distinct_labels(series: list[dict]) -> list[dict]:
+    """Series of one label (two runs of one endpoint) told apart by what differs: each run's
+    title, or its date when untitled; then the date; then a number. Labels that are already
+    distinct stay as they are."""
+    def clash(items):
+        seen: dict = {}
+        for s in items:
+            seen.setdefault(s["label"], []).append(s)
+        return [group for group in seen.values() if len(group) > 1]
+
+    for name in (lambda s: s.get("run") or s.get("date"), lambda s: s.get("date")):
+        for group in clash(series):
+            if len({name(s) for s in group}) > 1:
+                for s in group:
+                    if name(s):
+                        s["label"] = f"{s['label']} · {name(s)}"
+    for group in clash(series):
+        for n, s in enumerate(group, start=1):
+            s["label"] = f"{s['label']} #{n}"
+    return series
 
 
 def _level_key(level: Point):
@@ -102,13 +176,14 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
         return None
     m = f.metric
     x_wins = a <= b if m.lower_is_better else a >= b
-    winner, loser = (x, y) if x_wins else (y, x)
+    (winner, w), (loser, lo) = ((x, a), (y, b)) if x_wins else ((y, b), (x, a))
     ratio = _times(max(a, b), min(a, b))
     phrase = m.phrase or ("{winner} has a {ratio} lower {what} than {loser}" if m.lower_is_better
                           else "{winner} has a {ratio} higher {what} than {loser}")
     text = phrase.format(winner=winner["label"], loser=loser["label"], ratio=ratio, what=f.label)
-    return {"text": f"{text} {where} ({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}).", "metric": f.name,
-            "values": [a, b], "labels": [x["label"], y["label"]]}
+    # The numbers in the order the phrase names the series: the winner's first.
+    return {"text": f"{text} {where} ({w:.{m.digits}f} vs {lo:.{m.digits}f} {f.quoted}).", "metric": f.name,
+            "values": [w, lo], "labels": [winner["label"], loser["label"]]}
 
 
 # ---------------------------------------------------------------- start-up

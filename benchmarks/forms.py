@@ -181,6 +181,8 @@ class RunForm(forms.Form):
     def clean_concurrency_levels(self) -> list[int]:
         levels = []
         for part in _parts(self.cleaned_data["concurrency_levels"]):
+            if part.startswith("-") and _ASCII_INT.fullmatch(part[1:]):
+                raise forms.ValidationError(f"{part} is negative: a concurrency level is at least 1 request.")
             if not _ASCII_INT.fullmatch(part):  # str.isdigit() also takes "²", which int() refuses
                 raise forms.ValidationError(f"{part!r} is not a whole number (use the digits 0-9).")
             if len(part) > 9:
@@ -192,14 +194,18 @@ class RunForm(forms.Form):
             if level > settings.MAX_CONCURRENCY:
                 raise forms.ValidationError(
                     f"{level} is above the limit of {settings.MAX_CONCURRENCY} concurrent requests.")
+            if level in levels:
+                raise forms.ValidationError(f"{level} is listed twice: give each concurrency level once.")
             levels.append(level)
         if len(levels) > 20:
             raise forms.ValidationError("At most 20 concurrency levels per run.")
-        return sorted(set(levels))
+        return sorted(levels)
 
     def clean_request_rates(self) -> list[float]:
         rates = []
         for part in _parts(self.cleaned_data["request_rates"]):
+            if part.startswith("-") and _ASCII_NUMBER.fullmatch(part[1:]):
+                raise forms.ValidationError(f"{part} is negative: a request rate is above 0 per second.")
             if not _ASCII_NUMBER.fullmatch(part):  # float() also takes "inf", "nan", "1_0", "１"
                 raise forms.ValidationError(f"{part!r} is not a number (e.g. 0.5 or 2).")
             rate = float(part)
@@ -210,10 +216,12 @@ class RunForm(forms.Form):
                 raise forms.ValidationError(
                     f"{part} per second is below the lowest request rate, {settings.MIN_REQUEST_RATE:g} per second "
                     f"(one request every {_span(1 / settings.MIN_REQUEST_RATE)}).")
+            if rate in rates:
+                raise forms.ValidationError(f"{part} per second is listed twice: give each request rate once.")
             rates.append(rate)
         if len(rates) > 20:
             raise forms.ValidationError("At most 20 request rates per run.")
-        return sorted(set(rates))
+        return sorted(rates)
 
     @property
     def workload_fields(self):

@@ -52,7 +52,7 @@ class Host(models.Model):
     hostname = models.CharField(max_length=255, blank=True)
     queue_name = models.SlugField(max_length=100, unique=True, blank=True,
                                   help_text="Celery queue that this host's worker consumes. "
-                                            "Default: host-<name>.")
+                                            "Default: host- followed by the host's name (host-v100a for v100a).")
     cpu = models.CharField("CPU", max_length=200, blank=True)
     ram_gb = models.FloatField("RAM (GB)", null=True, blank=True)
     os = models.CharField("OS", max_length=200, blank=True)
@@ -427,7 +427,15 @@ class Run(models.Model):
         ordering = ["-created"]
 
     def __str__(self):
-        return self.title or f"run {self.public_id[:8]}"
+        return self.title or self.untitled_name
+
+    @property
+    def untitled_name(self) -> str:
+        """What an untitled run is called: what it measured, at which load, when it was queued,
+        e.g. "llama-q4, vllm-fp8 at c=1,8 · 2026-03-02 14:05"."""
+        names = [e.name for e in self.endpoints.all()] if self.pk else []
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return f"{shown or 'Run'} at {self.levels_label} · {timezone.localtime(self.created):%Y-%m-%d %H:%M}"
 
     def get_absolute_url(self):
         return reverse("run-detail", args=[self.public_id])

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from django.db.models import QuerySet
 from django.http import Http404
+from django.utils import timezone
 
 from benchmarks.engine.catalogue import METRICS, REQUEST_CSV, RESULTS_TABLE, Figure, definitions, figure
 from benchmarks.engine.gpu import GpuSeries, GpuSummary
@@ -332,7 +333,7 @@ def endpoint_label(e: Endpoint) -> str:
 def run_series(run: Run) -> list[dict]:
     from benchmarks.compare import fingerprint
 
-    levels = list(run.levels.select_related("endpoint__host", "endpoint__variant")
+    levels = list(run.levels.select_related("endpoint__host", "endpoint__variant__model")
                   .prefetch_related("endpoint__gpus", "endpoint__host__gpus").defer("gpu_series", "server_series")
                   .order_by("endpoint__name", "level_index"))
     # A server the lab started for this run: its start-up and memory after load, per series.
@@ -344,7 +345,9 @@ def run_series(run: Run) -> list[dict]:
             gpu, count = endpoint_gpu(e)
             by_endpoint[e.id] = {
                 "label": endpoint_label(e),
-                "kind": "measured", "url": run.get_absolute_url(), "run": str(run), "backend": e.backend,
+                "kind": "measured", "url": run.get_absolute_url(), "run": run.title or None,
+                "date": f"{timezone.localtime(run.created):%Y-%m-%d %H:%M}", "backend": e.backend,
+                "model": e.variant.model.name if e.variant else None, "tool": "serving",
                 "quantization": e.variant.quantization if e.variant else None, "gpu": gpu, "gpu_count": count,
                 "fingerprint": fingerprint(prompt_tokens=run.prompt_tokens, output_tokens=run.output_tokens,
                                            temperature=run.temperature, api=run.api, load_mode=run.load_mode,
@@ -362,7 +365,8 @@ def report_series(report) -> dict:
     meta = data.raw_meta
     return {"label": report.title, "kind": "published" if report.kind == "published" else "imported",
             "url": report.get_absolute_url(), "backend": report.backend or data.backend,
-            "quantization": report.quantization or None, "gpu": report.gpu or data.gpu, "gpu_count": 1,
+            "model": data.model, "tool": data.kind if data.kind == "llama-bench" else "serving",
+            "run": None, "date": None, "quantization": report.quantization or None, "gpu": report.gpu or data.gpu, "gpu_count": 1,
             "fingerprint": fingerprint(prompt_tokens=first and first.prompt_tokens,
                                        output_tokens=first and first.output_tokens,
                                        temperature=meta.get("temperature"), api=meta.get("api"),
@@ -543,22 +547,44 @@ def run_export(run: Run, *, hide_addresses: bool = False) -> dict:
     }
 
 
+# The requests CSV's columns: (stored field, header). Every time is in seconds from the level's
+# start (the stored first_content/first_answer/end count from `sent`: shifted here), so that
+# one column can be plotted against another without knowing how they are stored.
+FROM_LEVEL_START = ("first_content", "first_answer", "end")
+REQUEST_CSV_COLUMNS = (
+    ("index", "request"), ("sent", "sent (s from the level start)"),
+    ("scheduled", "scheduled (s from the level start)"),
+    ("first_content", "first content (s from the level start)"),
+    ("first_answer", "first answer (s from the level start)"), ("end", "end (s from the level start)"),
+    ("prompt_tokens", "prompt tokens (server)"), ("output_tokens", "output tokens (server)"),
+    ("client_output_tokens", "output tokens (counted here)"), ("finish_reason", "finish reason"),
+    ("status_code", "HTTP status"), ("error", "error"), ("error_kind", "error kind"))
+
+
 def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:
+    """Every request of the run, one row each: its times in seconds from its level's start and
+    its per-request metrics (catalogue.REQUEST_CSV) with their units in the headers."""
     blank = address_hider(run.endpoints.all(), hide_addresses)
-    error_at = REQUEST_FIELDS.index("error")
+    fields = [name for name, _ in REQUEST_CSV_COLUMNS]
+    sent_at, error_at = fields.index("sent"), fields.index("error")
+    shifted = [fields.index(name) for name in FROM_LEVEL_START]
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["endpoint", "load", *REQUEST_FIELDS, *REQUEST_CSV])  # catalogue keys, in its units
+    writer.writerow(["endpoint", "load", *(header for _, header in REQUEST_CSV_COLUMNS),
+                     *(f"{METRICS[key].label} ({METRICS[key].unit})" for key in REQUEST_CSV)])
     for level in run_levels_with_endpoint(run):
-        rows = RequestRecord.objects.filter(level=level).order_by("index").values_list(*REQUEST_FIELDS)
+        rows = RequestRecord.objects.filter(level=level).order_by("index").values_list(*fields)
         results = {r.index: r for r in level_results(level)}
         for row in rows:
             r = results[row[0]]
-            fields = list(row)
-            fields[error_at] = blank(fields[error_at])
-            values = (request_value(key, r) for key in REQUEST_CSV)
-            writer.writerow([level.endpoint.name, level.load_label, *fields,
-                             *(None if v is None else round(v, 3) for v in values)])
+            values = list(row)
+            values[error_at] = blank(values[error_at])
+            for i in shifted:
+                if values[i] is not None:
+                    values[i] = round(values[sent_at] + values[i], 6)
+            metrics = (request_value(key, r) for key in REQUEST_CSV)
+            writer.writerow([level.endpoint.name, level.load_label, *values,
+                             *(None if v is None else round(v, 3) for v in metrics)])
     return out.getvalue()
 
 
@@ -589,14 +615,17 @@ def comparison_members(comparison) -> tuple[list[Run], list[ImportedReport]]:
 
 
 def comparison_series(comparison, members: tuple | None = None) -> list[dict]:
-    """Measured series first (each run's endpoints), then imported and published reports."""
+    """Measured series first (each run's endpoints), then imported and published reports; two
+    of one label told apart by what differs (compare.distinct_labels)."""
+    from benchmarks.compare import distinct_labels
+
     runs, reports = members or comparison_members(comparison)
     series = []
     for run in runs:
         series += run_series(run)
     for report in reports:
         series.append(report_series(report))
-    return series
+    return distinct_labels(series)
 
 
 def comparison_quality(comparison, members: tuple | None = None, *, hide_addresses: bool = False) -> list[dict]:

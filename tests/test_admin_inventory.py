@@ -94,3 +94,12 @@ def test_probe_now_sends_each_selected_host_its_probe_on_its_own_queue(client):
     assert take_from_broker(boxes[0].queue_name) == [("benchmarks.host_probe", [boxes[0].name])]
     assert take_from_broker(boxes[2].queue_name) == [("benchmarks.host_probe", [boxes[2].name])]
     assert take_from_broker(boxes[1].queue_name) == []
+
+
+def test_the_host_forms_help_says_the_default_queue_in_words(client):
+    # Admin help texts are HTML: "host-<name>" read as a tag and showed "Default: host-.".
+    client.force_login(user("root", staff=True))
+    page = client.get(reverse("admin:benchmarks_host_add")).content.decode()
+    assert "Default: host- followed by the host&#x27;s name (host-v100a for v100a)." in page or \
+        "Default: host- followed by the host's name (host-v100a for v100a)." in page
+    assert "host-<name>" not in page

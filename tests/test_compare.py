@@ -1,4 +1,4 @@
-from benchmarks.compare import differences, fingerprint, ratio_sentences
+from benchmarks.compare import differences, distinct_labels, fingerprint, ratio_sentences
 from benchmarks.engine.points import Point
 
 
@@ -45,3 +45,60 @@ def test_comparable_series_have_no_warnings_and_unknowns_are_said():
     assert differences([series("A", []), series("B", [])]) == []
     warnings = differences([series("A", []), series("B", [], temperature=None)])
     assert warnings == ["Temperature unknown for B; the others used 0.7."]
+
+
+def test_the_numbers_follow_the_phrase_the_winners_first():
+    # The base (first series) is slower: the sentence names the other first, and its number first.
+    bench = series("vllm bench serve", [at(1, decode_tok_s_p50=26.7, aggregate_tok_s=147.2)])
+    fp8 = series("vLLM FP8", [at(1, decode_tok_s_p50=32.0, aggregate_tok_s=150.0)])
+    for base, other in ((bench, fp8), (fp8, bench)):
+        texts = [s["text"] for s in ratio_sentences([base, other])]
+        assert any(t.startswith("vLLM FP8 decodes 1.20× faster than vllm bench serve") and "(32.0 vs 26.7 tok/s" in t
+                   for t in texts), texts
+        assert any(t.startswith("vLLM FP8 delivers 1.02×") and "(150.0 vs 147.2 tok/s aggregate)" in t for t in texts), texts
+
+
+def test_a_different_model_is_said_first_above_any_other_warning():
+    gemma = dict(series("llama-cpu-gemma3", [at(1, decode_tok_s_p50=60.0)], gpu=None, api="completions"),
+                 model="gemma-3-270m-it", quantization="gguf_q4_k_m")
+    v100 = dict(series("V100 write-up", [at(1, decode_tok_s_p50=24.7)], api=None),
+                model="DeepSeek-R1-Distill-Qwen-7B", quantization="gguf_q4_k_m")
+    warnings = differences([gemma, v100])
+    assert warnings[0].startswith("Different models — gemma-3-270m-it for llama-cpu-gemma3; "
+                                  "DeepSeek-R1-Distill-Qwen-7B for V100 write-up.")
+    assert not any("variant" in w for w in warnings)  # the same quantization is no difference
+    fp8 = dict(v100, label="vLLM FP8", quantization="fp8_e4m3")
+    assert any(w.startswith("Different variants (quantization) — gguf_q4_k_m for V100 write-up; fp8_e4m3 for vLLM FP8")
+               for w in differences([v100, fp8]))
+
+
+def test_a_different_value_is_listed_once_with_the_series_that_have_it():
+    many = [series(f"s{i}", [], output_tokens=100) for i in range(6)] + [series("bench", [], output_tokens=128)]
+    (warning,) = [w for w in differences(many) if "output tokens" in w]
+    assert warning == ("Different output tokens — 100 for s0, s1, s2, s3, s4 and s5; 128 for bench. "
+                       "These numbers are not directly comparable.")
+
+
+def test_llama_bench_beside_serving_is_said_once_precisely():
+    served = [dict(series(f"server {i}", []), tool="serving") for i in range(3)]
+    bench = dict(series("llama-bench — q4", [], output_tokens=128), tool="llama-bench")
+    warnings = differences(served + [bench])
+    said = [w for w in warnings if "tg128" in w]
+    assert len(said) == 1 and said[0].startswith("llama-bench — q4: llama-bench's tg figures")
+    assert "no HTTP server" in said[0] and "1 concurrent user" in said[0]
+    assert not any("tg128" in w for w in differences(served))
+
+
+def test_two_runs_of_one_endpoint_are_told_apart_by_what_differs():
+    a = dict(series("llama-cpu-gemma3 (GGUF Q4_K_M)", [at(1, decode_tok_s_p50=50.0)]), run=None, date="2026-03-01 10:00")
+    b = dict(series("llama-cpu-gemma3 (GGUF Q4_K_M)", [at(1, decode_tok_s_p50=40.0)]), run="after the driver update",
+             date="2026-03-02 10:00")
+    c = dict(series("other", []), run=None, date="2026-03-01 10:00")
+    labelled = distinct_labels([a, b, c])
+    assert [s["label"] for s in labelled] == ["llama-cpu-gemma3 (GGUF Q4_K_M) · 2026-03-01 10:00",
+                                              "llama-cpu-gemma3 (GGUF Q4_K_M) · after the driver update",
+                                              "other"]
+    assert ratio_sentences(labelled[:2])[0]["text"].startswith(
+        "llama-cpu-gemma3 (GGUF Q4_K_M) · 2026-03-01 10:00 decodes 1.25× faster than llama-cpu-gemma3 (GGUF Q4_K_M) · after")
+    same = [dict(series("x", []), run=None, date="2026-03-01 10:00") for _ in range(2)]
+    assert [s["label"] for s in distinct_labels(same)] == ["x #1", "x #2"]

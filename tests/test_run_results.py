@@ -6,6 +6,7 @@ import re
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from benchmarks import services
 from factories import endpoint, gpu_samples, measured_run, user
@@ -96,7 +97,13 @@ def test_the_requests_csv_has_one_row_per_request_with_the_metric_values(client)
     run = measured_run([endpoint()], levels=(1, 8), requests=5)
     rows = list(csv.DictReader(io.StringIO(client.get(reverse("run-requests-csv", args=[run.public_id])).content.decode())))
     assert len(rows) == 10
-    assert float(rows[0]["ttft_ms"]) == pytest.approx(float(rows[0]["first_content"]) * 1000, rel=1e-3)
+    # One time origin, the level's start, said in every time column's header; units in the headers.
+    for row in rows:
+        sent, first, end = (float(row[f"{what} (s from the level start)"]) for what in ("sent", "first content", "end"))
+        assert 0 <= sent < first < end
+        assert float(row["TTFT (ms)"]) == pytest.approx((first - sent) * 1000, rel=1e-3, abs=1e-3)
+        assert float(row["E2E latency (ms)"]) == pytest.approx((end - sent) * 1000, rel=1e-3, abs=1e-3)
+    assert any(float(r["sent (s from the level start)"]) > 0.01 for r in rows)  # not all sent at once
 
 
 def test_permalinks_can_require_login(client, settings):
@@ -106,3 +113,14 @@ def test_permalinks_can_require_login(client, settings):
     assert chart(client, run, "throughput").status_code == 302
     client.force_login(user())
     assert client.get(run.get_absolute_url()).status_code == 200
+
+
+def test_an_untitled_run_is_named_by_what_it_measured_and_when(client):
+    run = measured_run([endpoint(name="llama-q4"), endpoint(name="vllm-fp8", url="http://127.0.0.1:8")],
+                       levels=(1, 8), requests=3)
+    page = client.get(run.get_absolute_url()).content.decode()
+    name = f"llama-q4, vllm-fp8 at c=1,8 · {timezone.localtime(run.created):%Y-%m-%d %H:%M}"
+    assert f"<h1>{name}</h1>" in page
+    assert f"run {run.public_id[:8]}" not in page
+    client.force_login(user())
+    assert name in client.get(reverse("run-list")).content.decode()

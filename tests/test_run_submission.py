@@ -39,6 +39,8 @@ def test_it_requires_login(client):
     ("concurrency_levels", "0", "at least 1"),
     ("concurrency_levels", "1,x", "'x' is not a whole number"),
     ("concurrency_levels", " , ", "at least one concurrency level"),
+    ("concurrency_levels", "1,-4", "-4 is negative: a concurrency level is at least 1 request."),
+    ("concurrency_levels", "1,4,4", "4 is listed twice: give each concurrency level once."),
     ("requests_per_level", 0, "greater than or equal to 1"),
     ("requests_per_level", 10**6, "at most 10000"),
     ("warmup_requests", -1, "greater than or equal to 0"),
@@ -55,6 +57,8 @@ def test_it_rejects_bad_values_with_a_field_message(field, value, message):
     ("0", "above 0"),
     ("1,abc", "'abc' is not a number"),
     ("5000", "at most 1000 per second"),
+    ("-2", "-2 is negative: a request rate is above 0 per second."),
+    ("1,0.5,1.0", "1.0 per second is listed twice"),
 ])
 def test_rate_mode_rejects_bad_rates(rates, message):
     errs = errors_for(load_mode="rate", request_rates=rates)
@@ -129,7 +133,7 @@ def private_queue(settings):
 def test_submitting_creates_a_queued_run_and_enqueues_it_after_commit(client, private_queue):
     e = endpoint()
     client.force_login(user())
-    r = client.post(reverse("run-new"), run_form([e], concurrency_levels="8, 1,8"))
+    r = client.post(reverse("run-new"), run_form([e], concurrency_levels="8, 1"))
     run = Run.objects.get()
     assert r.status_code == 302 and r.url == run.get_absolute_url()
     assert run.status == Run.QUEUED and run.concurrency_levels == [1, 8]
