@@ -124,3 +124,12 @@ def test_an_untitled_run_is_named_by_what_it_measured_and_when(client):
     assert f"run {run.public_id[:8]}" not in page
     client.force_login(user())
     assert name in client.get(reverse("run-list")).content.decode()
+
+
+def test_the_run_page_shows_the_hosts_load_beside_the_clients_lag(client):
+    run = measured_run([endpoint()], levels=(1,), requests=3)
+    level = run.levels.get()
+    assert level.client["host_cpus"] >= 1 and level.client["host_cpu_busy_percent"] is not None
+    page = client.get(run.get_absolute_url()).content.decode()
+    cell = re.search(r'<td class="host-load">(.*?)</td>', page, re.S).group(1)
+    assert re.search(r"\d+\.\d on \d+ CPUs /\s+\d+ % /\s+\d+ %", cell), cell

@@ -81,3 +81,47 @@ def test_stored_summaries_are_read_through_their_readers():
     stored_v1 = {k: v for k, v in summary.to_dict().items() if k != "version"}
     assert codes(level_flags(stored_v1, gpu=hot.to_dict())) == codes(level_flags(summary, gpu=hot)) == {
         "stopped_short", "hot"}
+
+
+def test_host_contention_is_flagged_beside_a_client_that_kept_time():
+    # The client's own loop kept time; the host was saturated by other work.
+    client = {"loop_lag_ms_p99": 0.4, "cpu_percent": 12, "host_cpus": 2, "host_load_1m": 6.1,
+              "host_cpu_busy_percent": 99.0, "host_cpu_steal_percent": 7.0}
+    flags = level_flags(base(), client=client)
+    assert codes(flags) == {"host_busy"}
+    (reason,) = [f.reason for f in flags]
+    assert "load average 6.1 on 2 CPUs" in reason and "its CPUs 99 % busy" in reason
+    assert "7 % CPU steal" in reason and "the client itself used 12 % of one CPU" in reason
+    quiet = dict(client, host_load_1m=0.3, host_cpu_busy_percent=20.0, host_cpu_steal_percent=0.0)
+    assert level_flags(base(), client=quiet) == []
+
+
+def test_host_load_reads_busy_and_steal_shares_from_cpu_counters():
+    from benchmarks.engine.client import host_load
+
+    # user nice system idle iowait irq softirq steal guest guest_nice, before and after
+    before = [100, 0, 50, 800, 50, 0, 0, 0, 0, 0]
+    after = [400, 0, 150, 900, 50, 0, 0, 100, 0, 0]  # +300 user +100 system +100 idle +100 steal
+    load = host_load(before, after)
+    assert load["host_cpu_busy_percent"] == pytest.approx(500 / 600 * 100)
+    assert load["host_cpu_steal_percent"] == pytest.approx(100 / 600 * 100)
+    assert load["host_cpus"] >= 1 and load["host_load_1m"] >= 0
+
+
+def test_the_client_monitor_reports_the_hosts_load_of_a_level():
+    import asyncio
+
+    from benchmarks.engine.client import ClientMonitor
+
+    async def level():
+        monitor = ClientMonitor()
+        monitor.start()
+        end = asyncio.get_running_loop().time() + 0.3
+        while asyncio.get_running_loop().time() < end:
+            sum(range(20000))  # the client busy: the host's CPUs are not idle
+            await asyncio.sleep(0)
+        return monitor.stop()
+
+    client = asyncio.run(level())
+    assert 0 < client["host_cpu_busy_percent"] <= 100 and client["host_cpu_steal_percent"] >= 0
+    assert client["host_load_1m"] is not None and client["host_cpus"] >= 1

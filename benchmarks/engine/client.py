@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import importlib.util
 import random
 import sys
@@ -637,9 +638,42 @@ def _measuring_interpreter():
             gc.collect()
 
 
+def host_cpu_times() -> list[int] | None:
+    """The host's CPU time counters (/proc/stat's "cpu" line: user nice system idle iowait irq
+    softirq steal ...), None where there is no /proc (not Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    return [int(v) for v in first[1:]] if first and first[0] == "cpu" else None
+
+
+def host_load(before: list[int] | None, after: list[int] | None) -> dict:
+    """What the whole host did between two host_cpu_times: its CPUs' busy and steal shares (%),
+    its 1-minute load average and CPU count. Other work on the host (or a noisy neighbour of a
+    virtual machine, CPU steal) slows a server on it and the client alike, whatever the client's
+    own loop lag says."""
+    out = {"host_cpus": os.cpu_count(), "host_load_1m": None, "host_cpu_busy_percent": None,
+           "host_cpu_steal_percent": None}
+    try:
+        out["host_load_1m"] = os.getloadavg()[0]
+    except OSError:
+        pass
+    if before and after and len(before) == len(after) and len(after) >= 8:
+        delta = [b - a for a, b in zip(before, after)]
+        total = sum(delta[:8])  # guest time is already counted in user
+        if total > 0:
+            idle = delta[3] + delta[4]
+            out["host_cpu_busy_percent"] = 100.0 * (total - idle) / total
+            out["host_cpu_steal_percent"] = 100.0 * delta[7] / total
+    return out
+
+
 class ClientMonitor:
-    """How busy the client itself was during a level: event-loop lag (a 10 ms tick that
-    wakes late means requests were timed late too) and the process's CPU use."""
+    """How busy the client and its host were during a level: event-loop lag (a 10 ms tick that
+    wakes late means requests were timed late too), the process's CPU use, and the host's CPU
+    busy and steal shares and load average (host_load)."""
 
     TICK_S = 0.01
 
@@ -649,6 +683,7 @@ class ClientMonitor:
 
     def start(self) -> None:
         self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+        self.host0 = host_cpu_times()
         self.task = asyncio.get_running_loop().create_task(self._tick())
 
     async def _tick(self) -> None:
@@ -666,6 +701,7 @@ class ClientMonitor:
             "cpu_percent": 100.0 * (time.process_time() - self.cpu0) / wall,
             "loop_lag_ms_p99": percentile(lags_ms, 99),
             "loop_lag_ms_max": max(lags_ms) if lags_ms else None,
+            **host_load(self.host0, host_cpu_times()),
         }
 
 

@@ -16,6 +16,9 @@ THRESHOLDS = {
     "loop_lag_ms": 5.0,  # event-loop ticks late by more than this (p99) → timings late too
     "send_lag_ms": 10.0,  # open loop: requests left this much later than scheduled (p99)
     "client_cpu_percent": 90.0,  # the client used nearly a whole core
+    "host_load_per_cpu": 1.0,  # more runnable tasks than CPUs (1-minute load average)
+    "host_cpu_busy_percent": 90.0,  # the host's CPUs, all of them, nearly always busy
+    "host_cpu_steal_percent": 5.0,  # a virtual machine's CPUs taken by its neighbours
     # Fewest samples for a percentile to mean something: p99 needs ~100 requests.
     "min_samples": {"p50": 5, "p90": 20, "p99": 100},
 }
@@ -63,6 +66,7 @@ def level_flags(summary: LevelSummary, *, client: dict | None = None, gpu: GpuSu
                                               "schedule (p99): the client could not keep the rate."))
     if (client.get("cpu_percent") or 0) > t["client_cpu_percent"]:
         flags.append(Flag("client_saturated", f"The client used {client['cpu_percent']:.0f} % of a CPU core."))
+    flags += host_flags(client)
     if server_idle_at_start is False:
         flags.append(Flag("server_busy", "The server was already processing requests when the level "
                                          "started (someone else is using it?)."))
@@ -78,6 +82,28 @@ def level_flags(summary: LevelSummary, *, client: dict | None = None, gpu: GpuSu
         flags.append(Flag("hot", f"The GPU reached {gpu.max_temperature_c} °C "
                                  f"(over {t['gpu_temperature_c']} °C)."))
     return flags
+
+
+def host_flags(client: dict) -> list[Flag]:
+    """Host contention beside the client's own lag: a loaded host slows a server on it (and the
+    client) even when the client's loop keeps time."""
+    t = THRESHOLDS
+    cpus = client.get("host_cpus") or 0
+    load, busy, steal = (client.get(k) for k in ("host_load_1m", "host_cpu_busy_percent", "host_cpu_steal_percent"))
+    said = []
+    if cpus and load is not None and load > t["host_load_per_cpu"] * cpus:
+        said.append(f"load average {load:.1f} on {cpus} CPUs")
+    if busy is not None and busy > t["host_cpu_busy_percent"]:
+        said.append(f"its CPUs {busy:.0f} % busy")
+    if steal is not None and steal > t["host_cpu_steal_percent"]:
+        said.append(f"{steal:.0f} % CPU steal (taken by other virtual machines)")
+    if not said:
+        return []
+    own = client.get("cpu_percent")
+    mine = f"; the client itself used {own:.0f} % of one CPU" if own is not None else ""
+    return [Flag("host_busy", "The measuring host was contended: " + ", ".join(said) + mine +
+                 ". A server on this host competed for CPU, so its figures (and the client's timings) may be "
+                 "low; measure again on a quiet host.")]
 
 
 def merge(flag_lists) -> list[dict]:
