@@ -49,32 +49,78 @@ def _r(v, digits=3):
 
 
 # ---------------------------------------------------------------- throughput
+# Distinct colours, one per series (Tableau 10, then ten more as distinct from them and from each
+# other as we could find): a comparison of up to 20 series never repeats one.
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac", "#1f3d7a", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f", "#d62728", "#2ca02c", "#9467bd",
+           "#e377c2", "#000000")
+PANEL_PX = 250  # the height of each panel's plot area
+LEGEND_ROW_PX = 22
+
+
+def series_name(s: dict) -> str:
+    return s["label"] + ("" if s.get("kind", "measured") == "measured" else f" ({s['kind']})")
+
+
 def throughput_figure(series: list[dict]) -> dict:
-    """Aggregate output tok/s (solid, left axis) and per-stream decode tok/s (dotted, right
-    axis) against the load level, one colour per series. A series' "levels" are
+    """Aggregate output tok/s and per-stream decode tok/s against the load level, in two panels
+    of one axis each (the two are different quantities on different scales), one colour per
+    series and one legend entry per series. The x axis ticks at the measured levels only. When
+    every level is at one load (e.g. llama-bench's pp and tg tests, all at concurrency 1), there
+    is no axis of load to draw: bars per series and level instead. A series' "levels" are
     engine.points.Point."""
-    left, right = THROUGHPUT_CHART
-    data, rows = [], []
+    panels = THROUGHPUT_CHART
     rate_mode = any(p.rate is not None for s in series for p in s["levels"])
-    for s in series:
-        levels = sorted(s["levels"], key=lambda p: (p.rate or 0, p.concurrency or 0))
-        xs = [p.rate if rate_mode else p.concurrency for p in levels]
-        name = s["label"] + ("" if s.get("kind", "measured") == "measured" else f" ({s['kind']})")
-        data.append({"type": "scatter", "mode": "lines+markers", "name": f"{name} — {left.metric.label.lower()}",
-                     "legendgroup": name, "x": xs, "y": [p.get(left) for p in levels]})
-        data.append({"type": "scatter", "mode": "lines+markers", "name": f"{name} — {right.metric.label.lower()}",
-                     "legendgroup": name, "line": {"dash": "dot"}, "yaxis": "y2",
-                     "x": xs, "y": [p.get(right) for p in levels]})
-        for x, p in zip(xs, levels):
-            rows.append([s["label"], s.get("kind", "measured"), x, _r(p.get(left), 2), _r(p.get(right), 2)])
     xtitle = "request rate (req/s)" if rate_mode else "concurrent requests"
-    return figure(data, {
-        "title": {"text": "Throughput vs load"},
-        "xaxis": {"title": {"text": xtitle}, "type": "log" if not rate_mode else "linear"},
-        "yaxis": {"title": {"text": left.title}, "rangemode": "tozero"},
-        "yaxis2": {"title": {"text": right.title}, "overlaying": "y", "side": "right",
-                   "rangemode": "tozero"},
-    }, ["series", "kind", xtitle, left.title, right.title], rows)
+
+    def x_of(p):
+        return p.rate if rate_mode else p.concurrency
+
+    loads = sorted({x_of(p) for s in series for p in s["levels"] if x_of(p) is not None})
+    one_load = len(loads) <= 1
+    data, rows = [], []
+    for n, s in enumerate(series):
+        levels = sorted(s["levels"], key=lambda p: (p.rate or 0, p.concurrency or 0))
+        name, colour = series_name(s), PALETTE[n % len(PALETTE)]
+        xs = [p.label for p in levels] if one_load else [x_of(p) for p in levels]
+        for k, f in enumerate(panels, start=1):
+            trace = {"name": name, "legendgroup": name, "showlegend": k == 1, "x": xs,
+                     "y": [p.get(f) for p in levels], "xaxis": "x" if k == 1 else f"x{k}",
+                     "yaxis": "y" if k == 1 else f"y{k}",
+                     "hovertemplate": f"{name}<br>%{{x}}: %{{y:.1f}} {f.metric.unit}<extra></extra>"}
+            if one_load:
+                trace.update(type="bar", marker={"color": colour})
+            else:
+                trace.update(type="scatter", mode="lines+markers", line={"color": colour},
+                             marker={"color": colour, "symbol": n // len(PALETTE)})
+            data.append(trace)
+        for x, p in zip(xs, levels):
+            rows.append([s["label"], s.get("kind", "measured"), x_of(p), p.label, *(_r(p.get(f), 2) for f in panels)])
+    layout = {"title": {"text": "Throughput vs load" if not one_load else "Throughput at one load"},
+              "grid": {"rows": len(panels), "columns": 1, "pattern": "independent", "roworder": "top to bottom"},
+              "legend": {"orientation": "v", "yanchor": "top", "y": -0.08, "x": 0, "xanchor": "left"},
+              "margin": {"t": 40, "r": 20, "b": 60, "l": 70},
+              "height": len(panels) * PANEL_PX + 140 + LEGEND_ROW_PX * len(series)}
+    if one_load:
+        layout["barmode"] = "group"
+    for k, f in enumerate(panels, start=1):
+        suffix = "" if k == 1 else str(k)
+        x = {"title": {"text": xtitle if not one_load else f"level (all at {_load_words(rate_mode, loads)})"}}
+        if one_load:
+            x["type"] = "category"
+        else:
+            # Ticks at the measured levels only: no minor log ticks between them.
+            x.update(type="log" if not rate_mode else "linear", tickmode="array", tickvals=loads,
+                     ticktext=[f"{v:g}" for v in loads])
+        layout["xaxis" + suffix] = x
+        layout["yaxis" + suffix] = {"title": {"text": f.title}, "rangemode": "tozero"}
+    return figure(data, layout, ["series", "kind", xtitle, "level", *(f.title for f in panels)], rows)
+
+
+def _load_words(rate_mode: bool, loads: list) -> str:
+    if not loads:
+        return "one load"
+    return f"{loads[0]:g} req/s" if rate_mode else f"concurrency {loads[0]:g}"
 
 
 
@@ -104,27 +150,39 @@ def sweep_figure(series: list[dict], x_title: str) -> dict:
     }, ["series", x_title, left.title, right.title], rows)
 
 # ---------------------------------------------------------------- distributions
+PERCENTILE_MARKS = {"p50": ("line-ew-open", "#1f3d7a"), "p90": ("triangle-up-open", "#f28e2b"),
+                    "p99": ("x-thin-open", "#e15759")}
 def distribution_figure(metric: Metric, groups: list[dict], title: str = "") -> dict:
     """One box per level with p50/p90/p99 marked. groups: {"name", "values", "stats"} where
     stats are the level's full-data percentiles (a metrics.Distribution, or its stored dict), so
     the marks stay exact even when the drawn values are a sample."""
-    data, rows = [], []
+    data, rows, marks = [], [], {q: ([], []) for q in PERCENTILE_MARKS}
     rng = random.Random(0)
     unit = metric.unit
     for g in groups:
         values = g["values"]
         drawn = values if len(values) <= MAX_POINTS else rng.sample(values, MAX_POINTS)
         data.append({"type": "box", "name": g["name"], "y": [_r(v) for v in drawn], "boxpoints": False,
-                     "showlegend": False})
+                     "showlegend": False, "marker": {"color": "#8a94a6"}})
         stats = g["stats"]
-        marks = [(q, stats.get(q)) for q in ("p50", "p90", "p99") if stats.get(q) is not None]
-        data.append({"type": "scatter", "mode": "markers+text", "x": [g["name"]] * len(marks),
-                     "y": [_r(v) for _, v in marks], "text": [q for q, _ in marks], "textposition": "middle right",
-                     "marker": {"symbol": "line-ew-open", "size": 18}, "showlegend": False,
-                     "hovertemplate": "%{text}: %{y:.2f} " + unit + "<extra></extra>"})
+        for q in PERCENTILE_MARKS:
+            if stats.get(q) is not None:
+                marks[q][0].append(g["name"])
+                marks[q][1].append(_r(stats.get(q)))
         rows.append([g["name"], stats.get("count") or 0, _r(stats.get("mean")), _r(stats.get("p50")),
                      _r(stats.get("p90")), _r(stats.get("p99")), _r(stats.get("min")), _r(stats.get("max"))])
+    # The exact percentiles as marks of their own colour and shape, named once in the legend:
+    # text beside each mark overlapped where p90 and p99 lie close.
+    for q, (xs, ys) in marks.items():
+        if xs:
+            symbol, colour = PERCENTILE_MARKS[q]
+            data.append({"type": "scatter", "mode": "markers", "name": q, "x": xs, "y": ys,
+                         "marker": {"symbol": symbol, "size": 11, "color": colour, "line": {"width": 2, "color": colour}},
+                         "hovertemplate": q + " %{x}: %{y:.2f} " + unit + "<extra></extra>"})
     return figure(data, {"title": {"text": title or f"{metric.name} per level"},
+                         "xaxis": {"title": {"text": "load level"}, "type": "category"},
+                         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 1, "xanchor": "right"},
+                         "margin": {"t": 60, "r": 20, "b": 60, "l": 70},
                          "yaxis": {"title": {"text": f"{metric.label} ({unit})"}, "rangemode": "tozero"}},
                   ["level", "count", *(f"{stat} ({unit})" for stat in ("mean", "p50", "p90", "p99", "min", "max"))],
                   rows)
@@ -222,24 +280,32 @@ def gpu_figure(levels: list[dict]) -> dict:
 
 
 def server_figure(levels: list[dict]) -> dict:
-    """The server's own queue depth and KV-cache use (scraped /metrics) over the run.
+    """The server's own queue depth and KV-cache use (scraped /metrics) over the run; a series
+    the server does not export is not drawn, and the title says which are missing.
     levels: {"label", "offset_s", "series": ServerSeries}."""
-    data = []
+    data, missing = [], []
     points = _level_points(levels, lambda s, i: [_at(s.column(m.key), i) for m in SERVER_CHART])
     xs = [_r(p[0]) for p in points]
     counts = [m for m in SERVER_CHART if m.unit == "requests"]
+    share = next(m for m in SERVER_CHART if m not in counts)
     for k, metric in enumerate(SERVER_CHART):
         ys = [p[2][k] for p in points]
         if any(v is not None for v in ys):
-            data.append({"type": "scatter", "mode": "lines", "name": metric.label, "x": xs, "y": ys,
+            data.append({"type": "scatter", "mode": "lines", "name": metric.label, "x": xs,
+                         "y": [None if v is None else _r(v * metric.scale, 4) for v in ys],
                          "yaxis": "y" if metric in counts else "y2"})
+        else:
+            missing.append(metric)
     rows = [[_r(p[0]), p[1], *p[2]] for p in points if p[1] is not None]
     shapes, notes = _boundaries(levels)
-    share = next(m for m in SERVER_CHART if m not in counts)
-    return figure(data, {"title": {"text": "Server queue and KV cache (its /metrics)"},
-                         "xaxis": {"title": {"text": "seconds from the first level"}},
-                         "yaxis": {"title": {"text": "requests"}, "rangemode": "tozero"},
-                         "yaxis2": {"title": {"text": share.title}, "overlaying": "y", "side": "right",
-                                    "range": [0, 1]},
-                         "shapes": shapes, "annotations": notes},
-                  ["t (s)", "level", *[m.key for m in SERVER_CHART]], rows)
+    title = "Server queue and KV cache (its /metrics)"
+    if missing:
+        title += "<br><sub>No " + " and no ".join(f"{m.label} line" for m in missing) + \
+                 ": the server's /metrics exports none</sub>"
+    layout = {"title": {"text": title}, "xaxis": {"title": {"text": "seconds from the first level"}},
+              "yaxis": {"title": {"text": "requests"}, "rangemode": "tozero"}, "shapes": shapes,
+              "annotations": notes, "margin": {"t": 70 if missing else 40, "r": 70, "b": 90, "l": 60}}
+    if share not in missing:
+        layout["yaxis2"] = {"title": {"text": share.title}, "overlaying": "y", "side": "right",
+                            "range": [0, share.scale], "automargin": True}
+    return figure(data, layout, ["t (s)", "level", *[m.key for m in SERVER_CHART]], rows)

@@ -15,26 +15,52 @@ def point(concurrency, aggregate, decode):
                  figures={"aggregate_tok_s": aggregate, "decode_tok_s_p50": decode})
 
 
-def test_throughput_draws_aggregate_and_per_stream_per_series():
+def test_throughput_draws_two_panels_of_one_axis_each_one_colour_and_legend_entry_per_series():
     fig = charts.throughput_figure([
         {"label": "llama", "kind": "measured", "levels": [point(1, 56, 56), point(8, 235, 29.4)]},
         {"label": "V100 write-up", "kind": "published", "levels": [point(8, 150, 18.7)]},
     ])
-    names = [t["name"] for t in fig["data"]]
-    assert names == ["llama — aggregate output", "llama — decode per stream",
-                     "V100 write-up (published) — aggregate output", "V100 write-up (published) — decode per stream"]
-    assert fig["data"][0]["x"] == [1, 8] and fig["data"][0]["y"] == [56, 235]
-    assert fig["data"][1]["yaxis"] == "y2"
-    assert fig["table"]["rows"][1] == ["llama", "measured", 8, 235, 29.4]
+    aggregate, per_stream, pub_aggregate, pub_per_stream = fig["data"]
+    assert [t["name"] for t in fig["data"] if t["showlegend"]] == ["llama", "V100 write-up (published)"]
+    assert aggregate["x"] == [1, 8] and aggregate["y"] == [56, 235] and aggregate["yaxis"] == "y"
+    assert per_stream["y"] == [56, 29.4] and per_stream["yaxis"] == "y2" and per_stream["xaxis"] == "x2"
+    assert aggregate["line"]["color"] == per_stream["line"]["color"] != pub_aggregate["line"]["color"]
+    layout = fig["layout"]
+    assert "overlaying" not in layout["yaxis2"]  # a panel of its own, not a second scale over the first
+    assert layout["yaxis"]["title"]["text"] == "Aggregate output (tok/s)"
+    assert layout["yaxis2"]["title"]["text"] == "Decode per stream p50 (tok/s)"
+    for axis in ("xaxis", "xaxis2"):  # ticks at the measured levels only: no minor log ticks
+        assert layout[axis]["type"] == "log" and layout[axis]["tickvals"] == [1, 8]
+    assert fig["table"]["rows"][1] == ["llama", "measured", 8, "c=8", 235, 29.4]
+
+
+def test_throughput_colours_stay_distinct_and_the_figure_grows_with_its_legend():
+    many = [{"label": f"s{i}", "levels": [point(1, 10 + i, 10), point(4, 20 + i, 8)]} for i in range(7)]
+    fig = charts.throughput_figure(many)
+    colours = [t["line"]["color"] for t in fig["data"] if t["showlegend"]]
+    assert len(set(colours)) == 7
+    assert fig["layout"]["height"] - charts.throughput_figure(many[:1])["layout"]["height"] >= 6 * 20
+
+
+def test_a_single_load_is_drawn_as_bars_not_a_lone_point_on_an_empty_axis():
+    bench = {"label": "llama-bench", "kind": "imported",
+             "levels": [Point(label="pp512", concurrency=1, figures={"aggregate_tok_s": 900.0}),
+                        Point(label="tg128", concurrency=1, figures={"decode_tok_s_p50": 80.0})]}
+    fig = charts.throughput_figure([bench])
+    assert {t["type"] for t in fig["data"]} == {"bar"}
+    assert fig["data"][0]["x"] == ["pp512", "tg128"] and fig["layout"]["xaxis"]["type"] == "category"
+    assert "all at concurrency 1" in fig["layout"]["xaxis"]["title"]["text"]
 
 
 def test_distribution_marks_exact_percentiles_even_when_values_are_sampled():
     values = list(range(10000))
     stats = {"count": 10000, "p50": 4999.5, "p90": 8999.1, "p99": 9899.01, "mean": 4999.5, "min": 0, "max": 9999}
     fig = charts.distribution_figure(metric("ttft_ms"), [{"name": "c=8", "values": values, "stats": stats}])
-    box, marks = fig["data"]
+    box, *marks = fig["data"]
     assert len(box["y"]) == charts.MAX_POINTS
-    assert marks["text"] == ["p50", "p90", "p99"] and marks["y"] == [4999.5, 8999.1, 9899.01]
+    # One legend entry per percentile, a mark each, no text beside the marks to overlap.
+    assert [m["name"] for m in marks] == ["p50", "p90", "p99"] and [m["y"] for m in marks] == [[4999.5], [8999.1], [9899.01]]
+    assert all("text" not in m for m in marks) and len({m["marker"]["symbol"] for m in marks}) == 3
     assert fig["table"]["rows"][0][:3] == ["c=8", 10000, 4999.5]
 
 
@@ -79,9 +105,13 @@ def test_server_figure_skips_metrics_the_server_does_not_report():
     fig = charts.server_figure([{"label": "c=1", "offset_s": 0,
                                  "series": ServerSeries([0, 1], {"running": [0, 3], "waiting": [0, 1]})}])
     assert [t["name"] for t in fig["data"]] == ["Running requests", "Waiting requests"]
+    # Said, not an empty legend entry or a second axis of nothing.
+    assert "No KV cache use line: the server's /metrics exports none" in fig["layout"]["title"]["text"]
+    assert "yaxis2" not in fig["layout"]
 
 
 def test_csv_has_the_table():
     fig = charts.throughput_figure([{"label": "a", "levels": [point(1, 10.0, 10.0)]}])
     assert charts.to_csv(fig).splitlines() == [
-        "series,kind,concurrent requests,Aggregate output (tok/s),Decode per stream p50 (tok/s)", "a,measured,1,10.0,10.0"]
+        "series,kind,concurrent requests,level,Aggregate output (tok/s),Decode per stream p50 (tok/s)",
+        "a,measured,1,c=1,10.0,10.0"]
