@@ -120,10 +120,16 @@ class RunForm(forms.Form):
                                         max_value=QUALITY_WINDOWS[1], label="Quality windows",
                                         help_text="llama-perplexity's --chunks: at most this many windows of the text.")
 
+    # The fields of each load mode: the form shows only the chosen mode's (static/js/run_form.js).
+    LOAD_MODE_FIELDS = {"concurrency": ("concurrency_levels",), "rate": ("request_rates", "arrivals", "max_concurrency")}
+
     def __init__(self, *args, upload_refused: str = "", **kwargs):
         """`upload_refused`: why the upload handler stopped receiving the file (uploads.py)."""
         super().__init__(*args, **kwargs)
         self.upload_refused = upload_refused
+        for mode, names in self.LOAD_MODE_FIELDS.items():
+            for name in names:
+                self.fields[name].load_mode = mode
         self.fields["endpoints"].queryset = selectors.endpoints_for_runs()
         self.fields["quality_reference"].queryset = selectors.endpoints_for_runs()
         self.fields["quality_text"].queryset = selectors.evaluation_texts()
@@ -222,6 +228,12 @@ class RunForm(forms.Form):
         if len(rates) > 20:
             raise forms.ValidationError("At most 20 request rates per run.")
         return sorted(rates)
+
+    @property
+    def load_mode_value(self) -> str:
+        """The load mode the form shows: the one sent, else the initial one."""
+        value = self["load_mode"].value()
+        return value if value in self.LOAD_MODE_FIELDS else "concurrency"
 
     @property
     def workload_fields(self):
@@ -394,10 +406,16 @@ class ImportForm(forms.Form):
     quantization = forms.ChoiceField(required=False, choices=[("", "unknown")] + Variant.QUANTIZATIONS)
     gpu = TextField(max_length=200, required=False, label="GPU", help_text="e.g. Tesla V100-PCIE-16GB")
 
+    # The fields of each load mode: the form shows only the chosen mode's (static/js/run_form.js).
+    LOAD_MODE_FIELDS = {"concurrency": ("concurrency_levels",), "rate": ("request_rates", "arrivals", "max_concurrency")}
+
     def __init__(self, *args, upload_refused: str = "", **kwargs):
         """`upload_refused`: why the upload handler stopped receiving the file (uploads.py)."""
         super().__init__(*args, **kwargs)
         self.upload_refused = upload_refused
+        for mode, names in self.LOAD_MODE_FIELDS.items():
+            for name in names:
+                self.fields[name].load_mode = mode
         self.fields["file"].help_text += (f" At most {settings.MAX_IMPORT_MIB} MiB and "
                                           f"{settings.MAX_IMPORT_LEVELS:,} levels.")
 

@@ -145,10 +145,32 @@ def run_preflight(run: Run, *, hide_addresses: bool = False) -> list[tuple[Endpo
     return [(endpoints[k], blank(v)) for k, v in run.preflight.items() if k in endpoints]
 
 
-def run_server_config(run: Run, *, hide_addresses: bool = False) -> list[tuple[Endpoint, dict]]:
+def config_text(value) -> str:
+    """A value of what a server reported, in words rather than Python's repr: {'count': 4,
+    'n_ctx': 1024} reads "count 4, n_ctx 1024", [] reads "none", True "yes"."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {config_text(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "none"
+        sep = "; " if any(isinstance(v, (dict, list, tuple)) for v in value) else ", "
+        return sep.join(config_text(v) for v in value)
+    return str(value)
+
+
+def run_server_config(run: Run, *, hide_addresses: bool = False) -> list[tuple[Endpoint, list[tuple[str, str]]]]:
+    """Per endpoint, what its server reported about itself as (key, value in words), without the
+    raw props document."""
     endpoints = {str(e.id): e for e in run.endpoints.all()}
     blank = address_hider(endpoints.values(), hide_addresses)
-    return [(endpoints[k], blank(v)) for k, v in run.server_config.items() if k in endpoints]
+    return [(endpoints[k], [(key, config_text(value)) for key, value in blank(v).items() if key != "props"])
+            for k, v in run.server_config.items() if k in endpoints and isinstance(v, dict)]
 
 
 def endpoint_ids_by_name(names: list[str]) -> list[int]:

@@ -29,7 +29,8 @@ def not_found(request, exception):
 
 @login_required
 def run_list(request):
-    return render(request, "benchmarks/run_list.html", {"runs": selectors.run_list()})
+    return render(request, "benchmarks/run_list.html", {"runs": selectors.run_list(),
+                                                        "reports": selectors.report_list()})
 
 
 @login_required
@@ -44,7 +45,6 @@ def run_new(request):
         except ValidationError as exc:  # the runs-in-flight limit, checked as the run is inserted
             form.add_error(None, exc)
         else:
-            messages.success(request, "Run queued. This page updates as it progresses.")
             return redirect(run)
     return render(request, "benchmarks/run_new.html",
                   {"form": form, "has_endpoints": form.fields["endpoints"].queryset.exists()

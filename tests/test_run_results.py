@@ -133,3 +133,62 @@ def test_the_run_page_shows_the_hosts_load_beside_the_clients_lag(client):
     page = client.get(run.get_absolute_url()).content.decode()
     cell = re.search(r'<td class="host-load">(.*?)</td>', page, re.S).group(1)
     assert re.search(r"\d+\.\d on \d+ CPUs /\s+\d+ % /\s+\d+ %", cell), cell
+
+
+def test_every_page_has_a_favicon_and_favicon_ico_leads_to_it(client):
+    page = client.get(reverse("login")).content.decode()
+    icon = re.search(r'<link rel="icon" href="([^"]+)"', page).group(1)
+    assert icon.endswith("favicon.svg")
+    r = client.get("/favicon.ico")
+    assert r.status_code == 301 and r["Location"] == icon
+    assert b"<svg" in b"".join(client.get(icon).streaming_content)
+
+
+def test_the_queued_banner_shows_only_while_the_run_is_queued(client):
+    from benchmarks.models import Run
+
+    e = endpoint()
+    client.force_login(user())
+    r = client.post(reverse("run-new"), {"endpoints": [e.id], "prompt_tokens": 16, "output_tokens": 4,
+                                         "temperature": 0, "api": "completions", "load_mode": "concurrency",
+                                         "concurrency_levels": "1", "requests_per_level": 1, "warmup_requests": 0,
+                                         "arrivals": "poisson", "quality_ctx": 512, "quality_chunks": 8})
+    run = Run.objects.get()
+    assert r.status_code == 302
+    assert 'id="queued-banner"' in client.get(run.get_absolute_url()).content.decode()
+    Run.objects.filter(id=run.id).update(status=Run.RUNNING)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "queued-banner" not in page and "Run queued" not in page
+
+
+def test_server_configuration_reads_as_words_not_python_values(client):
+    run = measured_run([endpoint()], levels=(1,), requests=2)
+    e = run.endpoints.get()
+    run.server_config = {str(e.id): {"slots": {"count": 4, "n_ctx": 1024}, "notes": [], "ready": True,
+                                     "models": [{"id": "m", "max_model_len": 4096}], "props": {"raw": 1}}}
+    run.save(update_fields=["server_config"])
+    page = client.get(run.get_absolute_url()).content.decode()
+    section = page[page.index('id="server-config"'):]
+    section = section[:section.index("</table>")]
+    assert "count 4, n_ctx 1024" in section and "<dd>none</dd>" in section and "<dd>yes</dd>" in section
+    assert "id m, max_model_len 4096" in section
+    assert "{" not in section and "[]" not in section and "True" not in section and "raw" not in section
+
+
+def test_the_runs_list_shows_the_published_reference_and_imports(client):
+    services.published_reports_load()
+    client.force_login(user())
+    page = client.get(reverse("run-list")).content.decode()
+    assert 'id="reports"' in page and "published, not measured here" in page
+    assert reverse("import-new") in page
+
+
+def test_the_run_form_shows_only_the_chosen_load_modes_fields(client):
+    client.force_login(user())
+    page = client.get(reverse("run-new")).content.decode()
+    assert re.search(r'id="field-concurrency_levels" data-load-mode="concurrency">', page)
+    for name in ("request_rates", "arrivals", "max_concurrency"):
+        assert re.search(rf'id="field-{name}" data-load-mode="rate" hidden>', page), name
+    page = client.post(reverse("run-new"), {"load_mode": "rate", "request_rates": "1,1"}).content.decode()
+    assert re.search(r'id="field-concurrency_levels" data-load-mode="concurrency" hidden>', page)
+    assert re.search(r'id="field-request_rates" data-load-mode="rate">', page)

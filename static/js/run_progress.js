@@ -16,6 +16,8 @@
         var status = document.getElementById("run-status");
         status.textContent = p.status;
         status.className = "status " + p.status;
+        var queued = document.getElementById("queued-banner");
+        if (queued && p.status !== "queued") queued.remove();
         if (p.finished || p.levels !== levels) { window.location.reload(); return; }
         setTimeout(tick, 1000);
       })
