@@ -69,9 +69,12 @@ def throughput_figure(series: list[dict]) -> dict:
     every level is at one load (e.g. llama-bench's pp and tg tests, all at concurrency 1), there
     is no axis of load to draw: bars per series and level instead. A series' "levels" are
     engine.points.Point."""
-    panels = THROUGHPUT_CHART
+    # A panel only for a figure some series has: llama-bench's tg tests state no aggregate.
+    panels = [f for f in THROUGHPUT_CHART if any(p.get(f) is not None for s in series for p in s["levels"])]
+    panels = panels or list(THROUGHPUT_CHART[:1])
     rate_mode = any(p.rate is not None for s in series for p in s["levels"])
     xtitle = "request rate (req/s)" if rate_mode else "concurrent requests"
+    axis_title = xtitle if rate_mode else "concurrency (requests in flight)"
 
     def x_of(p):
         return p.rate if rate_mode else p.concurrency
@@ -96,16 +99,20 @@ def throughput_figure(series: list[dict]) -> dict:
             data.append(trace)
         for x, p in zip(xs, levels):
             rows.append([s["label"], s.get("kind", "measured"), x_of(p), p.label, *(_r(p.get(f), 2) for f in panels)])
+    # The legend below the lower panel's axis title, one row per series, in a bottom margin that
+    # grows with it: the panels keep their height whatever the number of series.
+    plot_px, below_px = len(panels) * PANEL_PX + 60, 75
     layout = {"title": {"text": "Throughput vs load" if not one_load else "Throughput at one load"},
-              "grid": {"rows": len(panels), "columns": 1, "pattern": "independent", "roworder": "top to bottom"},
-              "legend": {"orientation": "v", "yanchor": "top", "y": -0.08, "x": 0, "xanchor": "left"},
-              "margin": {"t": 40, "r": 20, "b": 60, "l": 70},
-              "height": len(panels) * PANEL_PX + 140 + LEGEND_ROW_PX * len(series)}
+              "grid": {"rows": len(panels), "columns": 1, "pattern": "independent", "roworder": "top to bottom",
+                       "ygap": 0.25},
+              "legend": {"orientation": "v", "yanchor": "top", "y": -below_px / plot_px, "x": 0, "xanchor": "left"},
+              "margin": {"t": 40, "r": 20, "b": below_px + 10 + LEGEND_ROW_PX * len(series), "l": 70},
+              "height": 40 + plot_px + below_px + 10 + LEGEND_ROW_PX * len(series)}
     if one_load:
         layout["barmode"] = "group"
     for k, f in enumerate(panels, start=1):
         suffix = "" if k == 1 else str(k)
-        x = {"title": {"text": xtitle if not one_load else f"level (all at {_load_words(rate_mode, loads)})"}}
+        x = {"title": {"text": axis_title if not one_load else f"level (all at {_load_words(rate_mode, loads)})"}}
         if one_load:
             x["type"] = "category"
         else:
@@ -150,25 +157,27 @@ def sweep_figure(series: list[dict], x_title: str) -> dict:
     }, ["series", x_title, left.title, right.title], rows)
 
 # ---------------------------------------------------------------- distributions
-PERCENTILE_MARKS = {"p50": ("line-ew-open", "#1f3d7a"), "p90": ("triangle-up-open", "#f28e2b"),
+PERCENTILE_MARKS = {"p50": ("line-ns-open", "#1f3d7a"), "p90": ("triangle-up-open", "#f28e2b"),
                     "p99": ("x-thin-open", "#e15759")}
 def distribution_figure(metric: Metric, groups: list[dict], title: str = "") -> dict:
-    """One box per level with p50/p90/p99 marked. groups: {"name", "values", "stats"} where
-    stats are the level's full-data percentiles (a metrics.Distribution, or its stored dict), so
-    the marks stay exact even when the drawn values are a sample."""
+    """One horizontal box per level (levels down the side, their names on one line each, so that
+    no label meets another however many levels), with p50/p90/p99 marked. groups: {"name",
+    "values", "stats"} where stats are the level's full-data percentiles (a
+    metrics.Distribution, or its stored dict), so the marks stay exact even when the drawn values
+    are a sample."""
     data, rows, marks = [], [], {q: ([], []) for q in PERCENTILE_MARKS}
     rng = random.Random(0)
     unit = metric.unit
     for g in groups:
         values = g["values"]
         drawn = values if len(values) <= MAX_POINTS else rng.sample(values, MAX_POINTS)
-        data.append({"type": "box", "name": g["name"], "y": [_r(v) for v in drawn], "boxpoints": False,
-                     "showlegend": False, "marker": {"color": "#8a94a6"}})
+        data.append({"type": "box", "orientation": "h", "name": g["name"], "x": [_r(v) for v in drawn],
+                     "boxpoints": False, "showlegend": False, "marker": {"color": "#8a94a6"}})
         stats = g["stats"]
         for q in PERCENTILE_MARKS:
             if stats.get(q) is not None:
-                marks[q][0].append(g["name"])
-                marks[q][1].append(_r(stats.get(q)))
+                marks[q][0].append(_r(stats.get(q)))
+                marks[q][1].append(g["name"])
         rows.append([g["name"], stats.get("count") or 0, _r(stats.get("mean")), _r(stats.get("p50")),
                      _r(stats.get("p90")), _r(stats.get("p99")), _r(stats.get("min")), _r(stats.get("max"))])
     # The exact percentiles as marks of their own colour and shape, named once in the legend:
@@ -177,13 +186,14 @@ def distribution_figure(metric: Metric, groups: list[dict], title: str = "") -> 
         if xs:
             symbol, colour = PERCENTILE_MARKS[q]
             data.append({"type": "scatter", "mode": "markers", "name": q, "x": xs, "y": ys,
-                         "marker": {"symbol": symbol, "size": 11, "color": colour, "line": {"width": 2, "color": colour}},
-                         "hovertemplate": q + " %{x}: %{y:.2f} " + unit + "<extra></extra>"})
+                         "marker": {"symbol": symbol, "size": 12, "color": colour, "line": {"width": 2, "color": colour}},
+                         "hovertemplate": q + " %{y}: %{x:.2f} " + unit + "<extra></extra>"})
     return figure(data, {"title": {"text": title or f"{metric.name} per level"},
-                         "xaxis": {"title": {"text": "load level"}, "type": "category"},
+                         "xaxis": {"title": {"text": f"{metric.label} ({unit})"}, "rangemode": "tozero"},
+                         "yaxis": {"type": "category", "automargin": True, "autorange": "reversed"},
                          "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 1, "xanchor": "right"},
-                         "margin": {"t": 60, "r": 20, "b": 60, "l": 70},
-                         "yaxis": {"title": {"text": f"{metric.label} ({unit})"}, "rangemode": "tozero"}},
+                         "margin": {"t": 60, "r": 20, "b": 60, "l": 20},
+                         "height": 140 + 34 * max(len(groups), 3)},
                   ["level", "count", *(f"{stat} ({unit})" for stat in ("mean", "p50", "p90", "p99", "min", "max"))],
                   rows)
 
@@ -222,7 +232,8 @@ def timeline_figure(title: str, requests: list[dict]) -> dict:
     note = "" if len(drawn) == len(ok) else f" ({len(drawn)} of {len(ok)} requests drawn)"
     return figure(data, {"title": {"text": title + note}, "barmode": "overlay",
                          "xaxis": {"title": {"text": "seconds from the level start"}},
-                         "yaxis": {"autorange": "reversed", "showticklabels": len(drawn) <= 64},
+                         "yaxis": {"type": "category", "title": {"text": "request (in send order)"},
+                                   "autorange": "reversed", "showticklabels": len(drawn) <= 64},
                          "height": max(300, min(900, 16 * len(drawn) + 120))},
                   ["request", "sent (s)", wait_name + " (ms)", "prefill (ms)", "decode (ms)"], rows)
 
@@ -248,8 +259,11 @@ def _boundaries(levels: list[dict]) -> tuple[list, list]:
     for lv in levels:
         shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": lv["offset_s"], "x1": lv["offset_s"],
                        "y0": 0, "y1": 1, "line": {"dash": "dot", "width": 1, "color": "#888"}})
-        notes.append({"xref": "x", "yref": "paper", "x": lv["offset_s"], "y": 1.02, "text": lv["label"],
-                      "showarrow": False, "font": {"size": 10}, "xanchor": "left"})
+        # Upright along its boundary, inside the plot: side by side, labels of short levels
+        # would run into each other.
+        notes.append({"xref": "x", "yref": "paper", "x": lv["offset_s"], "y": 1, "text": lv["label"],
+                      "showarrow": False, "font": {"size": 10, "color": "#555"}, "textangle": -90,
+                      "xanchor": "left", "yanchor": "top"})
     return shapes, notes
 
 
@@ -258,8 +272,8 @@ def gpu_figure(levels: list[dict]) -> dict:
     level boundaries. levels: {"label", "offset_s", "series": GpuSeries}."""
     data, rows = [], []
     n = len(GPU_CHART)
-    layout = {"title": {"text": "GPU over time"}, "height": 200 * n + 80,
-              "xaxis": {"title": {"text": "seconds from the first level"}, "anchor": f"y{n}"}}
+    layout = {"title": {"text": "GPU over time"}, "height": 230 * n + 110,
+              "xaxis": {"title": {"text": "seconds from the first level"}, "anchor": f"y{n}", "ticks": "outside"}}
     for k, metric in enumerate(GPU_CHART, start=1):
         axis = "yaxis" if k == 1 else f"yaxis{k}"
         top = 1 - (k - 1) / n
@@ -302,10 +316,12 @@ def server_figure(levels: list[dict]) -> dict:
     if missing:
         title += "<br><sub>No " + " and no ".join(f"{m.label} line" for m in missing) + \
                  ": the server's /metrics exports none</sub>"
-    layout = {"title": {"text": title}, "xaxis": {"title": {"text": "seconds from the first level"}},
+    # Outside ticks keep the x axis' "0" clear of the y axis' "0" in the corner.
+    layout = {"title": {"text": title}, "xaxis": {"title": {"text": "seconds from the first level"}, "ticks": "outside"},
               "yaxis": {"title": {"text": "requests"}, "rangemode": "tozero"}, "shapes": shapes,
               "annotations": notes, "margin": {"t": 70 if missing else 40, "r": 70, "b": 90, "l": 60}}
     if share not in missing:
         layout["yaxis2"] = {"title": {"text": share.title}, "overlaying": "y", "side": "right",
-                            "range": [0, share.scale], "automargin": True}
+                            "range": [0, share.scale], "automargin": True,
+                            "tickmode": "linear", "tick0": 0, "dtick": share.scale / 4, "showgrid": False}
     return figure(data, layout, ["t (s)", "level", *[m.key for m in SERVER_CHART]], rows)

@@ -178,6 +178,10 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     x_wins = a <= b if m.lower_is_better else a >= b
     (winner, w), (loser, lo) = ((x, a), (y, b)) if x_wins else ((y, b), (x, a))
     ratio = _times(max(a, b), min(a, b))
+    if ratio == _times(1, 1):  # within half a percent: no winner to name
+        return {"text": f"{f.label} is the same for {x['label']} and {y['label']} {where} "
+                        f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}).", "metric": f.name,
+                "values": [a, b], "labels": [x["label"], y["label"]]}
     phrase = m.phrase or ("{winner} has a {ratio} lower {what} than {loser}" if m.lower_is_better
                           else "{winner} has a {ratio} higher {what} than {loser}")
     text = phrase.format(winner=winner["label"], loser=loser["label"], ratio=ratio, what=f.label)

@@ -406,16 +406,10 @@ class ImportForm(forms.Form):
     quantization = forms.ChoiceField(required=False, choices=[("", "unknown")] + Variant.QUANTIZATIONS)
     gpu = TextField(max_length=200, required=False, label="GPU", help_text="e.g. Tesla V100-PCIE-16GB")
 
-    # The fields of each load mode: the form shows only the chosen mode's (static/js/run_form.js).
-    LOAD_MODE_FIELDS = {"concurrency": ("concurrency_levels",), "rate": ("request_rates", "arrivals", "max_concurrency")}
-
     def __init__(self, *args, upload_refused: str = "", **kwargs):
         """`upload_refused`: why the upload handler stopped receiving the file (uploads.py)."""
         super().__init__(*args, **kwargs)
         self.upload_refused = upload_refused
-        for mode, names in self.LOAD_MODE_FIELDS.items():
-            for name in names:
-                self.fields[name].load_mode = mode
         self.fields["file"].help_text += (f" At most {settings.MAX_IMPORT_MIB} MiB and "
                                           f"{settings.MAX_IMPORT_LEVELS:,} levels.")
 

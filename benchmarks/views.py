@@ -134,7 +134,7 @@ def _distribution(name: str) -> Chart:
         results = selectors.run_results_by_level(run)
         for level in selectors.run_levels_with_endpoint(run):
             values = [v for r in results.get(level.id, []) if (v := request_value(metric.key, r)) is not None]
-            groups.append({"name": f"{level.endpoint.name} {level.load_label}", "values": values,
+            groups.append({"name": f"{level.endpoint.name} · {level.load_label}", "values": values,
                            "stats": level.stats.value(metric.key)})
         return charts.distribution_figure(metric, groups)
     return Chart(metric.name, build)

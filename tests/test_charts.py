@@ -44,12 +44,14 @@ def test_throughput_colours_stay_distinct_and_the_figure_grows_with_its_legend()
 
 def test_a_single_load_is_drawn_as_bars_not_a_lone_point_on_an_empty_axis():
     bench = {"label": "llama-bench", "kind": "imported",
-             "levels": [Point(label="pp512", concurrency=1, figures={"aggregate_tok_s": 900.0}),
+             "levels": [Point(label="pp512", concurrency=1, figures={}),
                         Point(label="tg128", concurrency=1, figures={"decode_tok_s_p50": 80.0})]}
     fig = charts.throughput_figure([bench])
     assert {t["type"] for t in fig["data"]} == {"bar"}
     assert fig["data"][0]["x"] == ["pp512", "tg128"] and fig["layout"]["xaxis"]["type"] == "category"
+    # Only the decode panel: no series states an aggregate figure, so no empty panel for it.
     assert "all at concurrency 1" in fig["layout"]["xaxis"]["title"]["text"]
+    assert "yaxis2" not in fig["layout"] and fig["layout"]["yaxis"]["title"]["text"] == "Decode per stream p50 (tok/s)"
 
 
 def test_distribution_marks_exact_percentiles_even_when_values_are_sampled():
@@ -57,9 +59,9 @@ def test_distribution_marks_exact_percentiles_even_when_values_are_sampled():
     stats = {"count": 10000, "p50": 4999.5, "p90": 8999.1, "p99": 9899.01, "mean": 4999.5, "min": 0, "max": 9999}
     fig = charts.distribution_figure(metric("ttft_ms"), [{"name": "c=8", "values": values, "stats": stats}])
     box, *marks = fig["data"]
-    assert len(box["y"]) == charts.MAX_POINTS
+    assert len(box["x"]) == charts.MAX_POINTS and box["orientation"] == "h"
     # One legend entry per percentile, a mark each, no text beside the marks to overlap.
-    assert [m["name"] for m in marks] == ["p50", "p90", "p99"] and [m["y"] for m in marks] == [[4999.5], [8999.1], [9899.01]]
+    assert [m["name"] for m in marks] == ["p50", "p90", "p99"] and [m["x"] for m in marks] == [[4999.5], [8999.1], [9899.01]]
     assert all("text" not in m for m in marks) and len({m["marker"]["symbol"] for m in marks}) == 3
     assert fig["table"]["rows"][0][:3] == ["c=8", 10000, 4999.5]
 

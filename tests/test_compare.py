@@ -102,3 +102,11 @@ def test_two_runs_of_one_endpoint_are_told_apart_by_what_differs():
         "llama-cpu-gemma3 (GGUF Q4_K_M) · 2026-03-01 10:00 decodes 1.25× faster than llama-cpu-gemma3 (GGUF Q4_K_M) · after")
     same = [dict(series("x", []), run=None, date="2026-03-01 10:00") for _ in range(2)]
     assert [s["label"] for s in distinct_labels(same)] == ["x #1", "x #2"]
+
+
+def test_a_ratio_that_rounds_to_one_names_no_winner():
+    a = series("A", [at(1, decode_tok_s_p50=1000.0)])
+    b = series("B", [at(1, decode_tok_s_p50=1003.0)])
+    (sentence,) = ratio_sentences([a, b])
+    assert "1.00×" not in sentence["text"]
+    assert sentence["text"].startswith("Decode per stream p50 is the same for B and A at 1 concurrent user (1003.0 vs 1000.0")
