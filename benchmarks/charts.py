@@ -59,7 +59,9 @@ LEGEND_ROW_PX = 22
 
 
 def series_name(s: dict) -> str:
-    return s["label"] + ("" if s.get("kind", "measured") == "measured" else f" ({s['kind']})")
+    """A series' label, with where its numbers come from unless measured here or already said."""
+    kind = s.get("kind", "measured")
+    return s["label"] + ("" if kind == "measured" or kind in s["label"].lower() else f" ({kind})")
 
 
 def throughput_figure(series: list[dict]) -> dict:

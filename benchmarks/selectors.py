@@ -420,7 +420,8 @@ def run_quality_entries(run: Run, rows: list[QualityMeasurement] | None = None, 
                                           reference=endpoint_label(reference) if reference else None)
             point = replace(point, note=blank(point.note))
         entries.append({"label": label, "kind": "measured", "url": run.get_absolute_url(), "quality": point,
-                        "error": blank(row.error), "is_reference": e.id == run.quality_reference_id})
+                        "error": blank(row.error), "is_reference": e.id == run.quality_reference_id,
+                        "run": run.title or None, "date": f"{timezone.localtime(run.created):%Y-%m-%d %H:%M}"})
     return entries
 
 
@@ -652,7 +653,9 @@ def comparison_series(comparison, members: tuple | None = None) -> list[dict]:
 
 def comparison_quality(comparison, members: tuple | None = None, *, hide_addresses: bool = False) -> list[dict]:
     """Quality entries in the order of comparison_series: measured runs first, then reports;
-    every run's quality rows in one query."""
+    every run's quality rows in one query; two of one label told apart as the series are."""
+    from benchmarks.compare import distinct_labels
+
     runs, reports = members or comparison_members(comparison)
     rows: dict[int, list[QualityMeasurement]] = {run.id: [] for run in runs}
     if runs:
@@ -664,4 +667,4 @@ def comparison_quality(comparison, members: tuple | None = None, *, hide_address
         entries += run_quality_entries(run, rows[run.id], hide_addresses=hide_addresses)
     for report in reports:
         entries += report_quality_entries(report)
-    return entries
+    return distinct_labels(entries)

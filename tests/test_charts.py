@@ -32,6 +32,9 @@ def test_throughput_draws_two_panels_of_one_axis_each_one_colour_and_legend_entr
     for axis in ("xaxis", "xaxis2"):  # ticks at the measured levels only: no minor log ticks
         assert layout[axis]["type"] == "log" and layout[axis]["tickvals"] == [1, 8]
     assert fig["table"]["rows"][1] == ["llama", "measured", 8, "c=8", 235, 29.4]
+    said = charts.throughput_figure([{"label": "V100 write-up (published): vLLM FP8", "kind": "published",
+                                      "levels": [point(8, 150, 18.7)]}])
+    assert said["data"][0]["name"] == "V100 write-up (published): vLLM FP8"  # not "(published)" twice
 
 
 def test_throughput_colours_stay_distinct_and_the_figure_grows_with_its_legend():

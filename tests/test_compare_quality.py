@@ -202,3 +202,20 @@ def test_a_comparison_without_quality_has_no_quality_table_and_no_csv(client):
     assert 'id="quality"' not in client.get(comparison.get_absolute_url()).content.decode()
     r = client.get(reverse("comparison-quality-csv", args=[comparison.public_id]))
     assert r.status_code == 404 and "Nothing in this comparison measured or states quality." in r.content.decode()
+
+
+@pytest.mark.django_db
+def test_two_runs_of_one_endpoint_are_told_apart_in_the_quality_table_too(client):
+    from benchmarks import selectors
+
+    first, results = factories.quality_run((("fp16", 0.05), ("q4", 0.1)), prefix="again-")
+    endpoints = {e.name.removeprefix("again-"): e for e in first.endpoints.all()}
+    second = factories.measured_run(list(endpoints.values()), levels=(1,), requests=3, quality=True,
+                                    quality_reference=endpoints["fp16"], title="after the upgrade")
+    factories.quality_measured(second, results, endpoints)
+    comparison = services.comparison_create(owner=None, runs=[first, second], reports=[], title="twice")
+    labels = [e["label"] for e in selectors.comparison_quality(comparison)]
+    assert len(labels) == 4 and len(set(labels)) == 4, labels
+    assert sum("after the upgrade" in label for label in labels) == 2
+    page = html.unescape(client.get(comparison.get_absolute_url()).content.decode())
+    assert all(label in page for label in labels)
