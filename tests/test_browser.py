@@ -20,6 +20,7 @@ def test_a_member_submits_a_run_watches_it_and_reads_the_results(page, live_serv
     page.wait_for_selector("#progress")
     # The bar moves without a reload while the run is measured...
     page.wait_for_function("() => document.getElementById('run-status').textContent === 'running'", timeout=30000)
+    assert page.locator("#queued-banner").count() == 0  # "Run queued" only while it is
     # ...and the results land when it finishes.
     page.wait_for_selector("#run-status.succeeded", timeout=60000)
     rows = page.locator("#results tbody tr")
