@@ -445,3 +445,7 @@ class ComparisonForm(forms.Form):
         if len(data.get("runs") or []) + len(data.get("reports") or []) < 1:
             raise forms.ValidationError("Pick at least one run or report.")
         return data
+
+
+class ApiTokenForm(forms.Form):
+    name = TextField(max_length=100, help_text="What uses it, e.g. “CI on staging”: the list shows it.")

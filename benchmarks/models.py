@@ -683,3 +683,29 @@ class Decision(models.Model):
 
     def get_absolute_url(self):
         return reverse("decision-detail", args=[self.public_id])
+
+
+class ApiToken(models.Model):
+    """A member's key for the REST API and the command-line client. Only its SHA-256 is stored:
+    the key itself is shown once, when it is made (services.api_token_create); `prefix` (its
+    first characters) is what the token page shows to tell keys apart."""
+
+    KEY_PREFIX = "v100_"
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, editable=False)
+    key_sha256 = models.CharField("key SHA-256", max_length=64, unique=True, editable=False)
+    created = models.DateTimeField(default=timezone.now)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked is None

@@ -21,11 +21,11 @@ from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
 from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
-from benchmarks.models import (Comparison, Decision, Endpoint, EvaluationText, ImportedReport, LevelResult,
+from benchmarks.models import (ApiToken, Comparison, Decision, Endpoint, EvaluationText, ImportedReport, LevelResult,
                                QualityMeasurement, RequestRecord, Run, ServerRecipe)
 
 # What a permalink answers when no row has its id: the one not-found message of each kind.
-NOT_FOUND = {Run: "No run has this link.", ImportedReport: "No report has this link.",
+NOT_FOUND = {ApiToken: "You have no API token with this id.", Run: "No run has this link.", ImportedReport: "No report has this link.",
              Comparison: "No comparison has this link.", Decision: "No decision has this link."}
 # A public id as models.new_public_id makes them (URL-safe base64): anything else is not looked up.
 PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -524,18 +524,20 @@ REQUEST_FIELDS = ("index", "sent", "scheduled", "first_content", "first_answer",
                   "output_tokens", "client_output_tokens", "finish_reason", "status_code", "error", "error_kind")
 
 
-def run_export(run: Run, *, hide_addresses: bool = False) -> dict:
+def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = True) -> dict:
     """Everything about a run as one JSON document: configuration, servers, levels with their
     telemetry, and every request (chunk times included). Endpoints are keyed by name, levels
     carry their public id. Never the endpoints' API keys; with `hide_addresses`, no base URL,
-    launch command or flags, and addresses blanked in errors and server notes."""
+    launch command or flags, and addresses blanked in errors and server notes. Without
+    `with_requests` the levels carry no requests (the API pages them separately)."""
     levels = list(run.levels.select_related("endpoint__host", "endpoint__variant__model").order_by(
         "endpoint__name", "level_index"))
     run_endpoints = list(run.endpoints.select_related("host", "variant__model"))
     blank = address_hider(run_endpoints, hide_addresses)
     records: dict[int, list] = {lv.id: [] for lv in levels}
-    for rec in RequestRecord.objects.filter(level__run=run).order_by("level_id", "index").values(
-            "level_id", "chunk_times", "timings", *REQUEST_FIELDS):
+    rows = RequestRecord.objects.filter(level__run=run).order_by("level_id", "index").values(
+        "level_id", "chunk_times", "timings", *REQUEST_FIELDS)
+    for rec in rows if with_requests else ():
         if rec["error"] and hide_addresses:
             rec["error"] = blank(rec["error"])
         records[rec.pop("level_id")].append(rec)
@@ -566,7 +568,7 @@ def run_export(run: Run, *, hide_addresses: bool = False) -> dict:
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),
                     "wall_s": lv.wall_s, "client": lv.client, "flags": lv.flags,
                     **{field: _stored(lv, field) for field in STORED_SHAPES},
-                    "requests": records[lv.id]} for lv in levels],
+                    **({"requests": records[lv.id]} if with_requests else {})} for lv in levels],
     }
 
 
@@ -582,6 +584,18 @@ REQUEST_CSV_COLUMNS = (
     ("prompt_tokens", "prompt tokens (server)"), ("output_tokens", "output tokens (server)"),
     ("client_output_tokens", "output tokens (counted here)"), ("finish_reason", "finish reason"),
     ("status_code", "HTTP status"), ("error", "error"), ("error_kind", "error kind"))
+
+
+def run_headlines(run: Run) -> list[dict]:
+    """Per level, the results table's figures (named as catalogue.Figure.name), each with its
+    unit and which direction is better: what a script compares with a baseline."""
+    figures = [f for c in RESULTS_TABLE for f in c.figures]
+    return [{"level": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index,
+             "load": lv.load_label, "concurrency": lv.concurrency, "rate": lv.rate,
+             "completed": lv.completed, "failed": lv.failed, "flags": lv.flags,
+             "figures": {f.name: {"value": lv.stats.figure(f), "unit": f.metric.unit, "better": f.metric.better}
+                         for f in figures}}
+            for lv in run_levels(run)]
 
 
 def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:
@@ -668,3 +682,7 @@ def comparison_quality(comparison, members: tuple | None = None, *, hide_address
     for report in reports:
         entries += report_quality_entries(report)
     return distinct_labels(entries)
+
+
+def api_tokens_of(user) -> QuerySet[ApiToken]:
+    return ApiToken.objects.filter(owner=user)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import secrets
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone as dt_timezone
@@ -28,7 +29,7 @@ from benchmarks.engine.server_metrics import ServerSummary, server_identity
 from benchmarks.engine.validity import level_flags, merge
 from benchmarks.importers import parse_report, v100_writeup_reports
 from benchmarks.lab import services as lab_services
-from benchmarks.models import (Comparison, Endpoint, EvaluationText, Gpu, Host, ImportedReport, LevelResult,
+from benchmarks.models import (ApiToken, Comparison, Endpoint, EvaluationText, Gpu, Host, ImportedReport, LevelResult,
                                QualityMeasurement, RequestRecord, Run, ServerLaunch, endpoint_addresses)
 from benchmarks.selectors import quality_problems, runs_in_flight
 
@@ -621,3 +622,17 @@ def host_probe_request(*, hosts) -> int:
     for host in hosts:
         host_probe_task.apply_async((host.name,), queue=host.queue_name)
     return len(hosts)
+
+
+def api_token_create(*, owner, name: str) -> tuple[ApiToken, str]:
+    """A new API token for `owner` and its key, which is stored only as its SHA-256: the caller
+    shows the key once."""
+    from benchmarks.api.tokens import key_sha256
+
+    key = ApiToken.KEY_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(owner=owner, name=name, prefix=key[:12], key_sha256=key_sha256(key))
+    return token, key
+
+
+def api_token_revoke(*, token: ApiToken) -> bool:
+    return bool(ApiToken.objects.filter(pk=token.pk, revoked=None).update(revoked=timezone.now()))

@@ -14,10 +14,10 @@ from benchmarks.compare import (differences, quality_csv, quality_sentences, qua
 from benchmarks.decorators import hides_addresses, permalink
 from benchmarks.engine import catalogue
 from benchmarks.engine.metrics import request_value
-from benchmarks.forms import ComparisonForm, ImportForm, RunForm
+from benchmarks.forms import ApiTokenForm, ComparisonForm, ImportForm, RunForm
 from benchmarks.importers import ReportFormatError
 from benchmarks.lab import selectors as lab_selectors
-from benchmarks.models import Run
+from benchmarks.models import ApiToken, Run
 
 
 def not_found(request, exception):
@@ -300,3 +300,26 @@ def import_chart(request, public_id: str, fmt: str):
     report = selectors.report_by_public_id(public_id)
     fig = charts.throughput_figure([selectors.report_series(report)])
     return _figure_response(fig, fmt, f"report-{report.public_id}")
+
+
+# ---------------------------------------------------------------- API tokens
+@login_required
+def api_tokens(request):
+    """The member's API tokens; a new one's key is shown on this answer only (it is stored hashed)."""
+    form = ApiTokenForm(request.POST or None)
+    new_key = ""
+    if request.method == "POST" and form.is_valid():
+        _, new_key = services.api_token_create(owner=request.user, name=form.cleaned_data["name"])
+        form = ApiTokenForm()
+    return render(request, "benchmarks/api_tokens.html", {
+        "form": form, "new_key": new_key, "tokens": selectors.api_tokens_of(request.user),
+        "api_root": request.build_absolute_uri("/api/v1/")})
+
+
+@login_required
+@require_POST
+def api_token_revoke(request, public_id: str):
+    token = selectors.by_public_id(ApiToken.objects.filter(owner=request.user), public_id)
+    if services.api_token_revoke(token=token):
+        messages.info(request, f"Token “{token.name}” revoked: requests that send it are refused from now on.")
+    return redirect("api-tokens")

@@ -8,6 +8,7 @@ from django.http import JsonResponse
 from django.shortcuts import redirect, render
 
 from benchmarks import selectors
+from benchmarks.api.tokens import token_or_session
 from benchmarks.decisions import presenter, services
 from benchmarks.decisions import selectors as decision_selectors
 from benchmarks.decisions.forms import INPUT_KEYS, DecisionForm
@@ -59,6 +60,7 @@ def decision_detail(request, public_id: str):
     })
 
 
+@token_or_session
 @api_login_required
 def decision_api(request):
     if request.method != "POST":

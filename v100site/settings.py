@@ -85,6 +85,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "axes",
+    "rest_framework",
+    "drf_spectacular",
     "benchmarks",
 ]
 
@@ -256,6 +258,33 @@ RUN_MAX_ATTEMPTS = envint("RUN_MAX_ATTEMPTS", "3")
 REQUEST_CONNECT_TIMEOUT_S = float(os.environ.get("REQUEST_CONNECT_TIMEOUT_S", "10"))
 REQUEST_READ_TIMEOUT_S = float(os.environ.get("REQUEST_READ_TIMEOUT_S", "300"))
 REQUEST_TOTAL_TIMEOUT_S = float(os.environ.get("REQUEST_TOTAL_TIMEOUT_S", "900"))
+
+# The REST API (/api/v1/, benchmarks/api/): bearer tokens or a browser session, JSON only, and
+# per-token rate limits counted in the cache (CACHE_URL: Redis, so that every web process counts
+# the same requests; without it each process counts its own).
+API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "300/min")
+if os.environ.get("CACHE_URL", "").startswith(("redis://", "rediss://")):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": os.environ["CACHE_URL"], "KEY_PREFIX": "v100site"}}
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["benchmarks.api.tokens.BearerTokenAuthentication",
+                                       "benchmarks.api.tokens.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["benchmarks.api.tokens.PerTokenRateThrottle"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "benchmarks.api.conventions.json_errors",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "v100site API", "VERSION": "1",
+    "DESCRIPTION": "Submit benchmark runs, follow them and read their results; ask for a deployment decision. "
+                   "Authenticate with `Authorization: Bearer <token>` (make one on the API tokens page).",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+}
 
 LOGGING = {
     "version": 1,

@@ -10,6 +10,7 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/", include("benchmarks.api.urls")),
     path("", include("benchmarks.urls")),
     path("", include("benchmarks.urls_decide")),
 ]

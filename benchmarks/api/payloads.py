@@ -1,0 +1,97 @@
+"""A run submitted as JSON, turned into what the run page's form receives: the form then judges
+it with the page's own messages. Here only what JSON adds is checked: the body's shape, field
+names, and value types the form would otherwise read as text."""
+from __future__ import annotations
+
+from django import forms
+
+from benchmarks.forms import RunForm
+from benchmarks.models import Endpoint
+
+# Fields that take several values; a list is joined with commas for the form's text fields.
+LIST_TEXT_FIELDS = ("concurrency_levels", "request_rates")
+
+
+class RunPayloadError(Exception):
+    def __init__(self, errors: dict):
+        super().__init__(errors)
+        self.errors = errors
+
+
+def api_fields() -> dict[str, forms.Field]:
+    """The run form's fields a JSON body can set (an uploaded file cannot)."""
+    return {name: f for name, f in RunForm.base_fields.items() if not isinstance(f, forms.FileField)}
+
+
+def _default(field: forms.Field):
+    initial = field.initial() if callable(field.initial) else field.initial
+    return initial
+
+
+def _endpoint_id(value, field: forms.Field, names: dict[str, int]):
+    """An endpoint given by name (what pages and scripts know) or by id."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise RunPayloadError({field: ["Give endpoints by name (or id)."]})
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        if value not in names:
+            message = RunForm.base_fields["endpoints"].error_messages["invalid_choice"] % {"value": repr(value)[:120]}
+            raise RunPayloadError({field: [message]})
+        return names[value]
+    return value
+
+
+def run_form_data(body) -> dict:
+    if not isinstance(body, dict):
+        raise RunPayloadError({"__all__": ["Send a JSON object with the run's fields."]})
+    fields = api_fields()
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise RunPayloadError({"__all__": [f"Unknown fields: {', '.join(unknown)[:500]}; known: {', '.join(fields)}."]})
+    errors: dict[str, list[str]] = {}
+    data: dict = {}
+    names = dict(Endpoint.objects.values_list("name", "pk"))
+    for name, field in fields.items():
+        value = body.get(name)
+        if value is None:
+            default = _default(field)
+            if default is not None and not isinstance(field, forms.BooleanField):
+                data[name] = default
+            continue
+        try:
+            data[name] = _value(name, field, value, names)
+        except RunPayloadError as e:
+            errors.update(e.errors)
+    if errors:
+        raise RunPayloadError(errors)
+    return data
+
+
+def _value(name: str, field: forms.Field, value, names: dict[str, int]):
+    multiple = isinstance(field, forms.MultipleChoiceField) or isinstance(field, forms.ModelMultipleChoiceField)
+    if multiple:
+        if not isinstance(value, list):
+            raise RunPayloadError({name: ["Send a list."]})
+        if isinstance(field, forms.ModelMultipleChoiceField) and name == "endpoints":
+            return [_endpoint_id(v, name, names) for v in value]
+        if not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+            raise RunPayloadError({name: ["Send a list of names."]})
+        return value
+    if name in LIST_TEXT_FIELDS and isinstance(value, list):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise RunPayloadError({name: ["Send numbers, as a list or comma-separated text."]})
+        return ",".join(repr(v) if isinstance(v, float) else str(v) for v in value)
+    if isinstance(field, forms.BooleanField):
+        if not isinstance(value, bool):
+            raise RunPayloadError({name: ["Send true or false."]})
+        return value
+    if isinstance(field, forms.ModelChoiceField):
+        if name == "quality_reference":
+            return _endpoint_id(value, name, names)
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise RunPayloadError({name: ["Send an id."]})
+        return value
+    if isinstance(value, (dict, list)):
+        raise RunPayloadError({name: ["Send a single value, not a list or an object."]})
+    if isinstance(value, bool) and not isinstance(field, forms.BooleanField):
+        raise RunPayloadError({name: ["Send a number or text, not true or false."]})
+    return value

@@ -1,0 +1,182 @@
+"""What the API answers, as serializers: one writer per shape (run_status and the inventory
+serializers), and the OpenAPI schema drf-spectacular makes from them. The run request's schema
+is made from the run form's own fields, so the two cannot drift apart."""
+from __future__ import annotations
+
+from django import forms
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import serializers
+
+from benchmarks import selectors
+from benchmarks.decorators import hides_addresses
+from benchmarks.models import Endpoint, Gpu, Host, Model, Run, Variant
+
+
+def run_status(run: Run, request) -> dict:
+    """A run as the API shows it: its status, progress, headline figures once measured, and the
+    addresses of what to read next."""
+    hide = hides_addresses(request)
+    base = request.build_absolute_uri(f"/api/v1/runs/{run.public_id}/")
+    return {
+        "public_id": run.public_id, "title": run.title, "status": run.status, "finished": run.is_finished,
+        "owner": None if hide or run.owner is None else run.owner.get_username(),
+        "created": run.created.isoformat(), "started": run.started.isoformat() if run.started else None,
+        "ended": run.finished.isoformat() if run.finished else None,
+        "progress": {"done": run.progress_done, "total": run.progress_total, "percent": run.progress_percent,
+                     "note": run.progress_note},
+        "error": selectors.run_error(run, hide_addresses=hide), "flags": run.flags,
+        "permalink": request.build_absolute_uri(run.get_absolute_url()),
+        "links": {"self": base, "results": base + "results/", "requests": base + "requests/",
+                  "cancel": base + "cancel/"},
+    }
+
+
+class Error(serializers.Serializer):
+    error = serializers.CharField()
+    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()), required=False)
+
+
+class Progress(serializers.Serializer):
+    done = serializers.IntegerField()
+    total = serializers.IntegerField()
+    percent = serializers.IntegerField()
+    note = serializers.CharField()
+
+
+class RunStatus(serializers.Serializer):
+    public_id = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.ChoiceField(choices=Run.STATUSES)
+    finished = serializers.BooleanField()
+    owner = serializers.CharField(allow_null=True)
+    created = serializers.DateTimeField()
+    started = serializers.DateTimeField(allow_null=True)
+    ended = serializers.DateTimeField(allow_null=True)
+    progress = Progress()
+    error = serializers.CharField()
+    flags = serializers.ListField(child=serializers.DictField())
+    permalink = serializers.URLField()
+    links = serializers.DictField(child=serializers.URLField())
+
+
+class _Page(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+
+
+class RunPage(_Page):
+    results = RunStatus(many=True)
+
+
+class RequestRow(serializers.Serializer):
+    level = serializers.CharField(help_text="The level's public id")
+    endpoint = serializers.CharField()
+    index = serializers.IntegerField()
+    sent = serializers.FloatField(help_text="s from the level's start")
+    scheduled = serializers.FloatField(allow_null=True)
+    first_content = serializers.FloatField(allow_null=True, help_text="s from sent")
+    first_answer = serializers.FloatField(allow_null=True)
+    end = serializers.FloatField(allow_null=True)
+    prompt_tokens = serializers.IntegerField(allow_null=True)
+    output_tokens = serializers.IntegerField(allow_null=True)
+    client_output_tokens = serializers.IntegerField()
+    finish_reason = serializers.CharField()
+    status_code = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField()
+    error_kind = serializers.CharField()
+
+
+class RequestPage(_Page):
+    results = RequestRow(many=True)
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Gpu
+        fields = ["index", "name", "memory_total_mib", "compute_capability", "pcie_generation", "pcie_width", "nvlink"]
+
+
+class HostSerializer(serializers.ModelSerializer):
+    gpus = GpuSerializer(many=True)
+
+    class Meta:
+        model = Host
+        fields = ["name", "hostname", "cpu", "ram_gb", "os", "driver_version", "cuda_version", "interconnect",
+                  "probe_status", "probed_at", "gpus"]
+
+
+class VariantSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Variant
+        fields = ["name", "quantization", "format", "size_bytes"]
+
+
+class ModelSerializer(serializers.ModelSerializer):
+    variants = VariantSerializer(many=True)
+
+    class Meta:
+        model = Model
+        fields = ["name", "params_b", "architecture", "context_length", "layers", "kv_heads", "head_dim", "variants"]
+
+
+class EndpointSerializer(serializers.ModelSerializer):
+    """Never the API key (write-only everywhere)."""
+    host = serializers.CharField(source="host.name")
+    model = serializers.SerializerMethodField()
+    variant = serializers.CharField(source="variant.name", allow_null=True, default=None)
+    quantization = serializers.CharField(source="variant.quantization", allow_null=True, default=None)
+
+    class Meta:
+        model = Endpoint
+        fields = ["name", "backend", "host", "base_url", "model_name", "model", "variant", "quantization",
+                  "engine_version", "launch_flags", "tensor_parallel_size", "has_api_key"]
+
+    def get_model(self, endpoint: Endpoint) -> str | None:
+        return endpoint.variant.model.name if endpoint.variant_id else None
+
+
+def _schema_field(name: str, field: forms.Field) -> serializers.Field:
+    """The OpenAPI description of one run-form field (documentation only: the form validates)."""
+    common = {"required": False, "help_text": str(field.help_text or field.label or "") or None}
+    if isinstance(field, forms.ModelMultipleChoiceField):
+        return serializers.ListField(child=serializers.CharField(), **common)
+    if isinstance(field, forms.ModelChoiceField):
+        return serializers.CharField(allow_null=True, **common)
+    if isinstance(field, forms.BooleanField):
+        return serializers.BooleanField(**common)
+    bounds = {k: v for k, v in (("min_value", getattr(field, "min_value", None)),
+                                 ("max_value", getattr(field, "max_value", None))) if v is not None}
+    if isinstance(field, forms.FloatField):  # before IntegerField: a FloatField is one
+        return serializers.FloatField(allow_null=not field.required, **bounds, **common)
+    if isinstance(field, forms.IntegerField):
+        return serializers.IntegerField(allow_null=not field.required, **bounds, **common)
+    if isinstance(field, forms.ChoiceField):
+        return serializers.ChoiceField(choices=list(field.choices), **common)
+    if name in ("concurrency_levels", "request_rates"):
+        return serializers.JSONField(**common)  # a list of numbers, or comma-separated text
+    return serializers.CharField(allow_blank=True, **common)
+
+
+def run_request() -> type[serializers.Serializer]:
+    from benchmarks.api.payloads import api_fields
+
+    attrs = {name: _schema_field(name, f) for name, f in api_fields().items()}
+    return type("RunRequest", (serializers.Serializer,), attrs)
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "benchmarks.api.tokens.BearerTokenAuthentication"
+    name = "token"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "An API token from the API tokens page."}
+
+
+class SessionScheme(OpenApiAuthenticationExtension):
+    target_class = "benchmarks.api.tokens.SessionAuthentication"
+    name = "session"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "cookie", "name": "sessionid",
+                "description": "A logged-in browser; a POST also needs the X-CSRFToken header."}

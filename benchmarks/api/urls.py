@@ -1,0 +1,20 @@
+from django.urls import path, re_path
+from drf_spectacular.views import SpectacularAPIView
+
+from benchmarks import views_decide
+from benchmarks.api import views
+from benchmarks.urls import PublicIdConverter  # noqa: F401 (registers the public_id converter)
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("runs/", views.runs, name="api-runs"),
+    path("runs/<public_id:public_id>/", views.run_detail, name="api-run"),
+    path("runs/<public_id:public_id>/results/", views.run_results, name="api-run-results"),
+    path("runs/<public_id:public_id>/requests/", views.run_requests, name="api-run-requests"),
+    path("runs/<public_id:public_id>/cancel/", views.run_cancel, name="api-run-cancel"),
+    path("endpoints/", views.endpoints, name="api-endpoints"),
+    path("hosts/", views.hosts, name="api-hosts"),
+    path("models/", views.models, name="api-models"),
+    path("decide/", views_decide.decision_api, name="api-decide"),
+    re_path(r"^.*$", views.not_found),
+]

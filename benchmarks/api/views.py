@@ -1,0 +1,152 @@
+"""The REST API, /api/v1/: flat function views over the same services, selectors and forms as
+the pages. Every answer is JSON: errors as {"error": …, "errors": {field: [messages]}}."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.http import JsonResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+
+from benchmarks import selectors, services
+from benchmarks.api import schema
+from benchmarks.api.conventions import Pages
+from benchmarks.api.payloads import RunPayloadError, run_form_data
+from benchmarks.decorators import hides_addresses
+from benchmarks.forms import RunForm
+from benchmarks.models import Host, Model, RequestRecord, Run
+
+
+def not_found(request, *args, **kwargs):
+    """Any address under /api/v1/ that no route knows: JSON, like every other API answer."""
+    return JsonResponse({"error": "no API route at this address; see /api/v1/schema/"}, status=404)
+
+
+def _permalink_reader(request) -> None:
+    """Runs are read by permalink: anonymous readers too, unless PERMALINKS_REQUIRE_LOGIN."""
+    if settings.PERMALINKS_REQUIRE_LOGIN and not request.user.is_authenticated:
+        raise exceptions.NotAuthenticated("authentication required: send an API token")
+
+
+def _form_errors(form) -> dict:
+    return {k: [str(m) for m in v] for k, v in form.errors.items()}
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+@extend_schema(methods=["GET"], operation_id="runs_list", summary="The latest runs, newest first", responses=schema.RunPage,
+               parameters=[OpenApiParameter("status", str, enum=[s for s, _ in Run.STATUSES]),
+                           OpenApiParameter("mine", bool, description="Only the runs this token's member queued."),
+                           OpenApiParameter("page", int), OpenApiParameter("page_size", int)])
+@extend_schema(methods=["POST"], operation_id="runs_create", summary="Queue a run", request=schema.run_request(),
+               description="Validated by the run form of the page, with its messages. Fields left out take the "
+                           "form's defaults; `endpoints` are names (or ids); levels and rates may be lists.",
+               responses={201: schema.RunStatus, 400: schema.Error})
+@api_view(["GET", "POST"])
+def runs(request):
+    if request.method == "POST":
+        return _run_create(request)
+    queryset = Run.objects.select_related("owner").order_by("-created")
+    status = request.query_params.get("status")
+    if status:
+        if status not in dict(Run.STATUSES):
+            raise exceptions.ValidationError({"status": [f"one of {', '.join(dict(Run.STATUSES))}"]})
+        queryset = queryset.filter(status=status)
+    if request.query_params.get("mine") in ("1", "true", "yes"):
+        queryset = queryset.filter(owner=request.user)
+    pages = Pages()
+    page = pages.paginate_queryset(queryset, request)
+    return pages.get_paginated_response([schema.run_status(run, request) for run in page])
+
+
+def _run_create(request):
+    try:
+        data = run_form_data(request.data)
+    except RunPayloadError as e:
+        return Response({"error": "invalid input", "errors": e.errors}, status=400)
+    form = RunForm(data)
+    if not form.is_valid():
+        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+    try:
+        run = services.run_create(owner=request.user, **form.cleaned_data)
+    except ValidationError as exc:  # the runs-in-flight limit, checked as the run is inserted
+        return Response({"error": " ".join(exc.messages), "errors": {"__all__": exc.messages}}, status=409)
+    return Response(schema.run_status(run, request), status=201,
+                    headers={"Location": request.build_absolute_uri(f"/api/v1/runs/{run.public_id}/")})
+
+
+@extend_schema(summary="A run's status and progress", responses=schema.RunStatus)
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def run_detail(request, public_id: str):
+    _permalink_reader(request)
+    return Response(schema.run_status(selectors.run_by_public_id(public_id), request))
+
+
+@extend_schema(summary="A run's results: its export without the requests (those are paginated)",
+               responses=OpenApiTypes.OBJECT)
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def run_results(request, public_id: str):
+    _permalink_reader(request)
+    run = selectors.run_by_public_id(public_id)
+    export = selectors.run_export(run, hide_addresses=hides_addresses(request), with_requests=False)
+    return Response({**export, "headlines": selectors.run_headlines(run)})
+
+
+@extend_schema(summary="A run's request records, level by level", responses=schema.RequestPage,
+               parameters=[OpenApiParameter("page", int), OpenApiParameter("page_size", int)])
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def run_requests(request, public_id: str):
+    _permalink_reader(request)
+    run = selectors.run_by_public_id(public_id)
+    blank = selectors.address_hider(run.endpoints.all(), hides_addresses(request))
+    queryset = (RequestRecord.objects.filter(level__run=run).order_by("level__endpoint__name", "level__level_index",
+                                                                          "index")
+                .values("level__public_id", "level__endpoint__name", *selectors.REQUEST_FIELDS))
+    pages = Pages()
+    rows = []
+    for rec in pages.paginate_queryset(queryset, request):
+        rec["level"], rec["endpoint"] = rec.pop("level__public_id"), rec.pop("level__endpoint__name")
+        rec["error"] = blank(rec["error"])
+        rows.append(rec)
+    return pages.get_paginated_response(rows)
+
+
+@extend_schema(summary="Cancel a queued or running run", request=None,
+               responses={200: schema.RunStatus, 403: schema.Error, 409: schema.Error})
+@api_view(["POST"])
+def run_cancel(request, public_id: str):
+    run = selectors.run_by_public_id(public_id)
+    if not selectors.run_cancel_allowed(run, request.user):
+        raise exceptions.PermissionDenied("Only the member who queued this run, or a staff member, can cancel it.")
+    if not services.run_cancel(run=run):
+        return Response({"error": f"This run is already {run.status}."}, status=409)
+    run.refresh_from_db()
+    return Response(schema.run_status(run, request))
+
+
+# --- inventory --------------------------------------------------------------------------------
+
+@extend_schema(summary="Endpoints a run can measure", responses=schema.EndpointSerializer(many=True))
+@api_view(["GET"])
+def endpoints(request):
+    rows = selectors.endpoints_for_runs().select_related("host", "variant__model")
+    return Response(schema.EndpointSerializer(rows, many=True).data)
+
+
+@extend_schema(summary="Hosts and their GPUs", responses=schema.HostSerializer(many=True))
+@api_view(["GET"])
+def hosts(request):
+    return Response(schema.HostSerializer(Host.objects.prefetch_related("gpus"), many=True).data)
+
+
+@extend_schema(summary="Models and their variants", responses=schema.ModelSerializer(many=True))
+@api_view(["GET"])
+def models(request):
+    return Response(schema.ModelSerializer(Model.objects.prefetch_related("variants"), many=True).data)
