@@ -18,9 +18,11 @@ class RunPayloadError(Exception):
         self.errors = errors
 
 
-def api_fields() -> dict[str, forms.Field]:
-    """The run form's fields a JSON body can set (an uploaded file cannot)."""
-    return {name: f for name, f in RunForm.base_fields.items() if not isinstance(f, forms.FileField)}
+def api_fields(form: RunForm | None = None) -> dict[str, forms.Field]:
+    """The run form's fields a JSON body can set (an uploaded file cannot): its declared ones, or
+    with `form` also those it adds per recipe (the sweep values, `sweep_<recipe id>_<n>`)."""
+    fields = form.fields if form is not None else RunForm.base_fields
+    return {name: f for name, f in fields.items() if not isinstance(f, forms.FileField)}
 
 
 def _default(field: forms.Field):
@@ -43,7 +45,7 @@ def _endpoint_id(value, field: forms.Field, names: dict[str, int]):
 def run_form_data(body) -> dict:
     if not isinstance(body, dict):
         raise RunPayloadError({"__all__": ["Send a JSON object with the run's fields."]})
-    fields = api_fields()
+    fields = api_fields(RunForm())
     unknown = sorted(set(body) - set(fields))
     if unknown:
         raise RunPayloadError({"__all__": [f"Unknown fields: {', '.join(unknown)[:500]}; known: {', '.join(fields)}."]})

@@ -1,0 +1,100 @@
+"""The command-line client (v100client, httpx only) against the live app and a real worker:
+submit a workload file, wait with a progress line, print the summary, write the JSON, and the
+exit code a CI step reads (0 ok, 1 run failed, 2 refused, 3 fatal flag, 4 regression)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import services
+from benchmarks.models import Endpoint, Run
+from conftest import ROOT
+from factories import endpoint, user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def cli(live_server):
+    _, key = services.api_token_create(owner=user(), name="ci")
+
+    def run(*args, timeout=120):
+        return subprocess.run([sys.executable, "-m", "v100client", "--url", live_server.url, "--token", key, *args],
+                              cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return run
+
+
+def workload(tmp_path, name="staging", fmt="json", **fields):
+    body = {"title": "nightly", "endpoints": [name], "prompt_tokens": 32, "output_tokens": 16,
+            "concurrency_levels": [1, 2], "requests_per_level": 6, "warmup_requests": 0, **fields}
+    path = tmp_path / f"workload.{fmt}"
+    if fmt == "json":
+        path.write_text(json.dumps(body))
+    else:
+        import yaml
+        path.write_text(yaml.safe_dump(body))
+    return str(path)
+
+
+def test_submit_wait_writes_the_json_and_exits_0(cli, tmp_path, simulator, celery_worker_process):
+    endpoint(simulator(decode_ms=2).url, name="staging")
+    out = tmp_path / "result.json"
+    r = cli("submit", workload(tmp_path, fmt="yaml"), "--wait", "--poll", "0.3", "-o", str(out))
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = Run.objects.get()
+    assert run.status == Run.SUCCEEDED and run.owner.username == "alice"
+    assert f"{run.public_id} succeeded 100%" in r.stderr  # the last progress line
+    assert run.get_absolute_url() in r.stdout and "staging @ 1 concurrent: 6 ok, 0 failed" in r.stdout
+    saved = json.loads(out.read_text())
+    assert saved["run"]["status"] == "succeeded" and saved["verdict"]["fatal_flags"] == []
+    level = run.levels.get(endpoint__name="staging", level_index=0)
+    assert saved["results"]["headlines"][0]["figures"]["aggregate_tok_s"]["value"] == level.stats.stat(
+        "aggregate_tok_s")
+
+
+def test_a_failed_run_exits_1_and_a_fatal_flag_exits_3(cli, tmp_path, simulator, celery_worker_process):
+    e = endpoint(simulator(fail_paths="/v1/models=503").url, name="staging")
+    r = cli("submit", workload(tmp_path), "--wait", "--poll", "0.3")
+    assert r.returncode == 1 and "the run ended failed" in r.stderr, r.stderr
+    Endpoint.objects.filter(pk=e.pk).update(base_url=simulator().url)
+    # Six requests per level are too few for a p99: the run carries few_samples on every level.
+    r = cli("submit", workload(tmp_path), "--wait", "--poll", "0.3", "--fatal-flag", "few_samples")
+    assert r.returncode == 3 and "few_samples" in r.stderr, r.stderr
+
+
+def test_a_slower_release_is_a_regression_against_the_baseline(cli, tmp_path, simulator, celery_worker_process):
+    e = endpoint(simulator(decode_ms=2).url, name="staging")
+    baseline = tmp_path / "baseline.json"
+    assert cli("submit", workload(tmp_path), "--wait", "--poll", "0.3", "-o", str(baseline)).returncode == 0
+    # The "upgrade": the same endpoint now served by a server whose decode is 10x slower.
+    Endpoint.objects.filter(pk=e.pk).update(base_url=simulator(decode_ms=20).url)
+    r = cli("submit", workload(tmp_path), "--wait", "--poll", "0.3", "--baseline", str(baseline),
+            "--metric", "tpot_ms_p50", "--max-regression", "50")
+    assert r.returncode == 4 and "regressed by more than 50 %" in r.stderr and "tpot_ms_p50" in r.stderr, r.stderr
+    first = Run.objects.order_by("created").first()
+    # The same comparison against the baseline run on the server, by its public id; and no
+    # regression when the threshold is above the slowdown.
+    r = cli("submit", workload(tmp_path), "--wait", "--poll", "0.3", "--baseline", first.public_id,
+            "--metric", "aggregate_tok_s", "--max-regression", "5000")
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_refused_workload_prints_the_form_s_messages_and_exits_2(cli, tmp_path):
+    endpoint(name="staging")
+    r = cli("submit", workload(tmp_path, prompt_tokens=0, api="grpc"))
+    assert r.returncode == 2
+    assert "prompt_tokens: Ensure this value is greater than or equal to 1." in r.stderr
+    assert "api: Select a valid choice" in r.stderr and not Run.objects.exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    r = cli("submit", str(bad))
+    assert r.returncode == 2 and "not valid JSON" in r.stderr
+
+
+def test_a_revoked_token_exits_2_with_the_reason(live_server, tmp_path):
+    token, key = services.api_token_create(owner=user(), name="ci")
+    services.api_token_revoke(token=token)
+    r = subprocess.run([sys.executable, "-m", "v100client", "--url", live_server.url, "--token", key,
+                        "status", "abc"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "revoked" in r.stderr

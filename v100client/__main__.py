@@ -1,0 +1,5 @@
+import sys
+
+from v100client.cli import main
+
+sys.exit(main())
