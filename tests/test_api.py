@@ -152,6 +152,8 @@ def test_an_unknown_run_and_an_unknown_route_answer_json_404():
     assert r.status_code == 404 and r.json()["error"] == "No run has this link."
     r = api.get(API + "nothing/here")
     assert r.status_code == 404 and "schema" in r.json()["error"]
+    r = Client(enforce_csrf_checks=True).post(API + "runs/%E6%00/cancel/")  # no route, no CSRF cookie
+    assert r.status_code == 404 and r.json()["error"]
 
 
 def test_only_the_owner_or_staff_cancels_a_run():

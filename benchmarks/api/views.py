@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions
@@ -21,6 +22,7 @@ from benchmarks.forms import RunForm
 from benchmarks.models import Host, Model, RequestRecord, Run
 
 
+@csrf_exempt
 def not_found(request, *args, **kwargs):
     """Any address under /api/v1/ that no route knows: JSON, like every other API answer."""
     return JsonResponse({"error": "no API route at this address; see /api/v1/schema/"}, status=404)
