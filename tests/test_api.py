@@ -347,9 +347,54 @@ def test_the_schema_is_served_valid_and_describes_the_run_form(client):
     paths = set(schema["paths"])
     assert {"/api/v1/runs/", "/api/v1/runs/{public_id}/", "/api/v1/runs/{public_id}/results/",
             "/api/v1/runs/{public_id}/requests/", "/api/v1/runs/{public_id}/cancel/", "/api/v1/endpoints/",
-            "/api/v1/hosts/", "/api/v1/models/"} <= paths
+            "/api/v1/hosts/", "/api/v1/models/", "/api/v1/imports/", "/api/v1/comparisons/{public_id}/"} <= paths
+    assert "multipart/form-data" in schema["paths"]["/api/v1/imports/"]["post"]["requestBody"]["content"]
     run_request = schema["components"]["schemas"]["RunRequest"]["properties"]
     from benchmarks.api.payloads import api_fields
     assert set(run_request) == set(api_fields())
     assert run_request["temperature"]["type"] == "number" and run_request["temperature"]["maximum"] == 2.0
     assert schema["components"]["securitySchemes"]["token"]["scheme"] == "bearer"
+
+
+# --- imports and comparisons ---------------------------------------------------------------------
+
+IMPORTS = __import__("pathlib").Path(__file__).parent / "data" / "imports"
+
+
+def test_a_result_file_is_imported_with_a_token_and_labelled():
+    from benchmarks.models import ImportedReport
+
+    api, _ = token_for()
+    with open(IMPORTS / "vllm_bench_serve_c8_detailed.json", "rb") as f:
+        r = api.post(API + "imports/", {"file": f, "gpu": "Tesla V100-PCIE-16GB"})
+    assert r.status_code == 201, r.content
+    report = ImportedReport.objects.get(uploaded_by__username="alice")
+    assert r.json()["public_id"] == report.public_id and report.filename == "vllm_bench_serve_c8_detailed.json"
+    assert "not measured here" in r.json()["label"] and report.uploaded_by.username == "alice"
+    assert r.json()["levels"] == len(report.data.levels) and report.gpu == "Tesla V100-PCIE-16GB"
+
+
+def test_a_bad_result_file_gets_the_import_page_s_message_as_json(client):
+    api, _ = token_for()
+    with open(IMPORTS / "bad_truncated_vllm.json", "rb") as f:
+        r = api.post(API + "imports/", {"file": f})
+    assert r.status_code == 400 and r.json()["errors"]["file"][0].startswith("Could not import bad_truncated_vllm.json")
+    r = api.post(API + "imports/", {"title": "no file"})
+    assert r.status_code == 400 and "This field is required." in r.json()["errors"]["file"]
+    r = api.post(API + "imports/", data="{}", content_type="application/json")
+    assert r.status_code == 415 and r.json()["error"]
+    assert client.post(API + "imports/", {}).status_code in (401, 403)
+
+
+def test_a_comparison_is_read_with_its_members_warnings_and_ratios():
+    a = measured_run([endpoint(name="fp8")], requests=5, owner=user("alice"))
+    b = measured_run([endpoint(name="q4", backend="llamacpp", quantization="gguf_q4_k_m")], requests=5,
+                     owner=user("alice"), prompt_tokens=256)
+    comparison = services.comparison_create(owner=user("alice"), runs=[a, b], reports=[], title="fp8 vs q4")
+    r = Client().get(API + f"comparisons/{comparison.public_id}/")
+    assert r.status_code == 200, r.content
+    body = r.json()
+    assert [run["public_id"] for run in body["runs"]] == [a.public_id, b.public_id]
+    assert any("prompt" in w.lower() for w in body["warnings"])  # 512 vs 256 prompt tokens
+    assert body["ratios"] and body["throughput_chart"].endswith(f"/c/{comparison.public_id}/throughput.json")
+    assert Client().get(API + "comparisons/nosuch/").json()["error"] == "No comparison has this link."

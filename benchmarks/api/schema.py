@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from benchmarks import selectors
 from benchmarks.decorators import hides_addresses
-from benchmarks.models import Endpoint, Gpu, Host, Model, Run, Variant
+from benchmarks.models import Endpoint, Gpu, Host, ImportedReport, Model, Run, Variant
 
 
 def run_status(run: Run, request) -> dict:
@@ -29,6 +29,14 @@ def run_status(run: Run, request) -> dict:
         "links": {"self": base, "results": base + "results/", "requests": base + "requests/",
                   "cancel": base + "cancel/"},
     }
+
+
+def report(report: ImportedReport, request) -> dict:
+    """An imported or published report: always labelled as not measured here."""
+    return {"public_id": report.public_id, "title": report.title, "kind": report.kind, "label": report.label,
+            "gpu": report.gpu, "backend": report.backend, "quantization": report.quantization,
+            "levels": len(report.data.levels), "created": report.created.isoformat(),
+            "permalink": request.build_absolute_uri(report.get_absolute_url())}
 
 
 class Error(serializers.Serializer):
@@ -180,3 +188,37 @@ class SessionScheme(OpenApiAuthenticationExtension):
     def get_security_definition(self, auto_schema):
         return {"type": "apiKey", "in": "cookie", "name": "sessionid",
                 "description": "A logged-in browser; a POST also needs the X-CSRFToken header."}
+
+
+class ReportSerializer(serializers.Serializer):
+    public_id = serializers.CharField()
+    title = serializers.CharField()
+    kind = serializers.ChoiceField(choices=ImportedReport.KINDS)
+    label = serializers.CharField()
+    gpu = serializers.CharField()
+    backend = serializers.CharField()
+    quantization = serializers.CharField()
+    levels = serializers.IntegerField()
+    created = serializers.DateTimeField()
+    permalink = serializers.URLField()
+
+
+class ComparisonSerializer(serializers.Serializer):
+    public_id = serializers.CharField()
+    title = serializers.CharField()
+    permalink = serializers.URLField()
+    runs = RunStatus(many=True)
+    reports = ReportSerializer(many=True)
+    warnings = serializers.ListField(child=serializers.CharField())
+    ratios = serializers.ListField(child=serializers.CharField())
+    throughput_chart = serializers.URLField()
+
+
+def import_request() -> type[serializers.Serializer]:
+    """The import form's fields (documentation only: the form validates)."""
+    from benchmarks.forms import ImportForm
+
+    attrs = {name: serializers.FileField(help_text=str(f.help_text)) if isinstance(f, forms.FileField)
+             else serializers.CharField(required=False, allow_blank=True, help_text=str(f.help_text or ""))
+             for name, f in ImportForm.base_fields.items()}
+    return type("ImportRequest", (serializers.Serializer,), attrs)

@@ -2,6 +2,8 @@
 the pages. Every answer is JSON: errors as {"error": …, "errors": {field: [messages]}}."""
 from __future__ import annotations
 
+from functools import wraps
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.http import JsonResponse
@@ -9,7 +11,9 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions
-from rest_framework.decorators import api_view, permission_classes
+from django.urls import reverse
+from rest_framework.decorators import api_view, parser_classes, permission_classes
+from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
@@ -18,7 +22,9 @@ from benchmarks.api import schema
 from benchmarks.api.conventions import Pages
 from benchmarks.api.payloads import RunPayloadError, run_form_data
 from benchmarks.decorators import hides_addresses
-from benchmarks.forms import RunForm
+from benchmarks.compare import differences, ratio_sentences
+from benchmarks.forms import ImportForm, RunForm
+from benchmarks.importers import ReportFormatError
 from benchmarks.models import Host, Model, RequestRecord, Run
 
 
@@ -28,10 +34,17 @@ def not_found(request, *args, **kwargs):
     return JsonResponse({"error": "no API route at this address; see /api/v1/schema/"}, status=404)
 
 
-def _permalink_reader(request) -> None:
-    """Runs are read by permalink: anonymous readers too, unless PERMALINKS_REQUIRE_LOGIN."""
-    if settings.PERMALINKS_REQUIRE_LOGIN and not request.user.is_authenticated:
-        raise exceptions.NotAuthenticated("authentication required: send an API token")
+def permalink_read(view):
+    """A GET of what a permalink shows (a run, a comparison): anonymous readers too, unless
+    PERMALINKS_REQUIRE_LOGIN, like the pages."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if settings.PERMALINKS_REQUIRE_LOGIN and not request.user.is_authenticated:
+            raise exceptions.NotAuthenticated("authentication required: send an API token")
+        return view(request, *args, **kwargs)
+
+    return api_view(["GET"])(permission_classes([AllowAny])(wrapper))
 
 
 def _form_errors(form) -> dict:
@@ -82,19 +95,15 @@ def _run_create(request):
 
 
 @extend_schema(summary="A run's status and progress", responses=schema.RunStatus)
-@api_view(["GET"])
-@permission_classes([AllowAny])
+@permalink_read
 def run_detail(request, public_id: str):
-    _permalink_reader(request)
     return Response(schema.run_status(selectors.run_by_public_id(public_id), request))
 
 
 @extend_schema(summary="A run's results: its export without the requests (those are paginated)",
                responses=OpenApiTypes.OBJECT)
-@api_view(["GET"])
-@permission_classes([AllowAny])
+@permalink_read
 def run_results(request, public_id: str):
-    _permalink_reader(request)
     run = selectors.run_by_public_id(public_id)
     export = selectors.run_export(run, hide_addresses=hides_addresses(request), with_requests=False)
     return Response({**export, "headlines": selectors.run_headlines(run)})
@@ -102,10 +111,8 @@ def run_results(request, public_id: str):
 
 @extend_schema(summary="A run's request records, level by level", responses=schema.RequestPage,
                parameters=[OpenApiParameter("page", int), OpenApiParameter("page_size", int)])
-@api_view(["GET"])
-@permission_classes([AllowAny])
+@permalink_read
 def run_requests(request, public_id: str):
-    _permalink_reader(request)
     run = selectors.run_by_public_id(public_id)
     blank = selectors.address_hider(run.endpoints.all(), hides_addresses(request))
     queryset = (RequestRecord.objects.filter(level__run=run).order_by("level__endpoint__name", "level__level_index",
@@ -152,3 +159,43 @@ def hosts(request):
 @api_view(["GET"])
 def models(request):
     return Response(schema.ModelSerializer(Model.objects.prefetch_related("variants"), many=True).data)
+
+
+# --- imported reports and comparisons -----------------------------------------------------------
+
+@extend_schema(summary="Import a result file (vllm bench serve, GuideLLM, llama-bench)",
+               request={"multipart/form-data": schema.import_request()},
+               responses={201: schema.ReportSerializer, 400: schema.Error})
+@api_view(["POST"])
+@parser_classes([MultiPartParser])
+def imports(request):
+    form = ImportForm(request.POST, request.FILES, upload_refused=getattr(request._request, "upload_refused", ""))
+    if not form.is_valid():
+        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+    f = form.cleaned_data["file"]
+    try:
+        report = services.report_import(owner=request.user, data=f.read(), filename=f.name,
+                                        title=form.cleaned_data["title"], backend=form.cleaned_data["backend"],
+                                        quantization=form.cleaned_data["quantization"], gpu=form.cleaned_data["gpu"])
+    except ReportFormatError as exc:  # the page's message, on the same field
+        message = f"Could not import {f.name}: {exc}"
+        return Response({"error": message, "errors": {"file": [message]}}, status=400)
+    return Response(schema.report(report, request), status=201)
+
+
+@extend_schema(summary="A comparison: its members, the warnings on what differs, the ratios in words",
+               responses=schema.ComparisonSerializer)
+@permalink_read
+def comparison_detail(request, public_id: str):
+    comparison = selectors.comparison_by_public_id(public_id)
+    runs, reports = members = selectors.comparison_members(comparison)
+    series = selectors.comparison_series(comparison, members)
+    return Response({
+        "public_id": comparison.public_id, "title": comparison.title,
+        "permalink": request.build_absolute_uri(comparison.get_absolute_url()),
+        "runs": [schema.run_status(run, request) for run in runs],
+        "reports": [schema.report(report, request) for report in reports],
+        "warnings": differences(series), "ratios": [r["text"] for r in ratio_sentences(series)],
+        "throughput_chart": request.build_absolute_uri(
+            reverse("comparison-chart", args=[comparison.public_id, "json"])),
+    })
