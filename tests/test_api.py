@@ -57,7 +57,10 @@ def test_a_member_makes_a_token_sees_it_once_and_only_its_hash_is_stored(client)
     assert token.key_sha256 == key_sha256(key) and key not in json.dumps(list(ApiToken.objects.values()), default=str)
     page = client.get(reverse("api-tokens")).content.decode()
     assert "CI on staging" in page and token.prefix in page and key not in page
+    assert token.last_used is None
     assert bearer(key).get(API + "endpoints/").status_code == 200
+    token.refresh_from_db()
+    assert token.last_used is not None and "never" not in client.get(reverse("api-tokens")).content.decode()
 
 
 def test_the_token_page_needs_login_and_a_name(client):

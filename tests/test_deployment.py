@@ -34,7 +34,7 @@ OTHER_READERS = {
     "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_VISIBLE_DEVICES",  # NVIDIA Container Toolkit
 }
 # Settings that only change how the web app serves pages: a worker needs none of them.
-WEB_ONLY = re.compile(r"^(HTTPS|BEHIND_TLS_PROXY|SECURE_|SESSION_COOKIE_|CSRF_COOKIE_|WHITENOISE_|LOGIN_)")
+WEB_ONLY = re.compile(r"^(HTTPS|BEHIND_TLS_PROXY|SECURE_|SESSION_COOKIE_|CSRF_COOKIE_|WHITENOISE_|LOGIN_|API_|CACHE_URL)")
 
 
 # --- helpers ---------------------------------------------------------------------------------
