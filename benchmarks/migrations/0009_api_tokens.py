@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('benchmarks', '0007_lab_recipes'),
+        ('benchmarks', '0008_host_queue_name_help'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
