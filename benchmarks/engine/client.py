@@ -17,7 +17,7 @@ import importlib.util
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable, Sequence
 
 import httpx
@@ -31,6 +31,7 @@ if importlib.util.find_spec("sniffio") is None:
 
 from . import backends
 from .addresses import AddressPolicy
+from .datasets import Dataset, DatasetError, Lengths, RequestPlan, sharegpt_entries
 from .metrics import RequestResult, level_wall_time, percentile
 from .stream import StreamError, parse_chunk, sse_data
 from .transport import TimedStream, endpoint_transport
@@ -77,6 +78,16 @@ class Workload:
     warmup_requests: int = 2
     api: str = "completions"
     seed: int | None = None
+    # What the requests ask for (datasets.Dataset); None: every prompt `prompt_tokens` long,
+    # every output `output_tokens`.
+    dataset: Dataset | None = None
+    # The most tokens (prompt + output) one request may take; 0 = no limit. A dataset prompt
+    # longer than that fails the preparation, with its line.
+    token_limit: int = 0
+
+    def requests(self) -> Dataset:
+        return self.dataset or Dataset(prompt_lengths=Lengths(mean=self.prompt_tokens),
+                                       output_lengths=Lengths(mean=self.output_tokens))
 
 
 @dataclass
@@ -153,6 +164,8 @@ class LevelOutcome:
     client: dict = field(default_factory=dict)  # how busy the client itself was
 
 
+# Dataset prompts a level bounded only by its duration may take (and ShareGPT conversations drawn).
+DATASET_PASS = 1000
 # A session's pool holds this many connections beyond its widest level's: the server's
 # /metrics scrape and identity calls share the pool and never wait behind a level's requests.
 SPARE_CONNECTIONS = 4
@@ -243,6 +256,15 @@ class Session:
                                                            "(only ASCII is possible)"))
         self.rng = random.Random(workload.seed)
         self.prompts = PromptFactory(None, self.rng)
+        self.loads = list(loads)
+        self.plan = RequestPlan(workload.requests(), workload.seed)
+        self.entry_ids: dict[int, list[int]] = {}  # dataset entry -> its prompt's token ids
+        self.entry_outputs: dict[int, int] = {}  # dataset entry -> its reply's length, tokenized
+        self.entry_offset = 0  # tokens the server adds to a dataset prompt (BOS, chat template)
+        self.prefix: list[int] | str = []
+        # Why the requests could not be built (a dataset the server cannot tokenize, a prompt
+        # over the token limit); set by prepare(), and then no level is measured.
+        self.dataset_problem = ""
         limit = max((load.max_in_flight for load in loads), default=1) + SPARE_CONNECTIONS
         self.max_connections = limit
         limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
@@ -344,7 +366,86 @@ class Session:
             result = await self.send(-1, prompt, 1, time.perf_counter())
             if result.ok:
                 self.prompts.calibrate(prompt, result.prompt_tokens)
+        await self._prepare_requests()
         return finding
+
+    def requests_needed(self) -> int:
+        """Requests the longest level asks for; a level bounded only by its duration may take a
+        whole pass through a dataset (DATASET_PASS for the ShareGPT set)."""
+        if any(load.requests is None for load in self.loads):
+            return max(len(self.plan.dataset.entries), DATASET_PASS)
+        return max((load.requests for load in self.loads), default=DATASET_PASS)
+
+    async def _prepare_requests(self) -> None:
+        """The shared prefix, and every dataset prompt the levels will use tokenized by the
+        server (exact lengths: completions send these token ids), each checked against the token
+        limit. What fails is `dataset_problem`."""
+        dataset = self.plan.dataset
+        if dataset.shares_prefix:
+            pool = self.prompts.pool
+            # Exactly prefix_tokens ids (no offset: the server's BOS is counted with the body).
+            self.prefix = self.rng.choices(pool, k=dataset.prefix_tokens) if pool else \
+                self.prompts.make(dataset.prefix_tokens)
+        if dataset.source == "synthetic":
+            return
+        needed = self.requests_needed()
+        if dataset.source == "sharegpt":
+            try:
+                entries = await asyncio.to_thread(sharegpt_entries, needed, self.workload.seed)
+            except DatasetError as exc:
+                self.dataset_problem = str(exc)
+                return
+            self.plan = RequestPlan(replace(dataset, entries=tuple(entries)), self.workload.seed)
+            dataset = self.plan.dataset
+        too_long = []
+        for index in self.plan.entry_indices(needed):
+            entry = dataset.entries[index]
+            ids = await self.tokenize(entry.prompt)
+            if ids is None:
+                self.dataset_problem = ("dataset prompts are sent with exact token counts, which needs the "
+                                        f"server's tokenizer: {self.tokenize_problem or 'this backend has no tokenize call'}")
+                return
+            self.entry_ids[index] = ids
+            if dataset.outputs == "dataset" and entry.output_tokens is None and entry.output_text is not None:
+                reply = await self.tokenize(entry.output_text)
+                self.entry_outputs[index] = max(1, len(reply or ()))
+            longest_output = (entry.output_tokens or self.entry_outputs.get(index)
+                              if dataset.outputs == "dataset" else None) or dataset.output_lengths.high
+            total = len(ids) + self.prompts.offset + dataset.prefix_tokens + longest_output
+            if self.workload.token_limit and total > self.workload.token_limit:
+                too_long.append(f"{'line' if dataset.source == 'jsonl' else 'conversation'} {entry.line} "
+                                f"({len(ids)} prompt tokens)")
+        if too_long:
+            self.dataset_problem = (f"{len(too_long)} prompt(s) with their output exceed the limit of "
+                                    f"{self.workload.token_limit} tokens: {', '.join(too_long[:5])}"
+                                    + (" …" if len(too_long) > 5 else ""))
+            return
+        # How many tokens the server adds to a dataset prompt (a BOS token; for chat, the template).
+        self.entry_offset = self.prompts.offset if self.prompts.pool else 0
+        first = self.plan.at(0)
+        prompt, _, _ = self.request(0)
+        result = await self.send(-1, prompt, 1, time.perf_counter())
+        if result.ok and result.prompt_tokens is not None:
+            self.entry_offset = result.prompt_tokens - len(self.entry_ids[first.entry_index]) - (
+                dataset.prefix_tokens if first.shared_prefix else 0)
+
+    def request(self, i: int) -> tuple[list[int] | str, int, int]:
+        """Request i of a level: its prompt, the prompt tokens the server should count and the
+        output length it is forced to."""
+        planned = self.plan.at(i)
+        prefix_tokens = self.plan.dataset.prefix_tokens if planned.shared_prefix else 0
+        if planned.entry is None:
+            body, asked, output = self.prompts.make(planned.prompt_tokens), planned.prompt_tokens, planned.output_tokens
+        else:
+            ids = self.entry_ids[planned.entry_index]
+            body = ids if self.prompts.pool else planned.entry.prompt
+            asked = len(ids) + self.entry_offset
+            output = planned.output_tokens or planned.entry.output_tokens or self.entry_outputs[planned.entry_index]
+        if not prefix_tokens:
+            return body, asked, output
+        if isinstance(body, list) and isinstance(self.prefix, list):
+            return self.prefix + body, asked + prefix_tokens, output
+        return f"{self.prefix}\n\n{body}", asked + prefix_tokens, output
 
     def body(self, prompt: list[int] | str, max_tokens: int) -> dict:
         body = {
@@ -363,10 +464,11 @@ class Session:
 
     # ---------------------------------------------------------------- one request
     async def send(self, index: int, prompt: list[int] | str, max_tokens: int, t0: float,
-                   scheduled: float | None = None) -> RequestResult:
+                   scheduled: float | None = None, prompt_tokens_asked: int | None = None) -> RequestResult:
         """Send one streaming request and time every chunk. Never raises for server faults:
         they end up in `result.error` with their cause."""
-        result = RequestResult(index=index, sent=0.0, prompt_tokens_asked=self.workload.prompt_tokens,
+        asked = self.workload.prompt_tokens if prompt_tokens_asked is None else prompt_tokens_asked
+        result = RequestResult(index=index, sent=0.0, prompt_tokens_asked=asked,
                                output_tokens_asked=max_tokens, scheduled=scheduled,
                                prompt_tokens_sent=self.prompts.sent_tokens(prompt))
         path = "/v1/chat/completions" if self.workload.api == "chat" else "/v1/completions"
@@ -563,8 +665,8 @@ class Session:
             for i in counter:
                 if stop.is_set() or (deadline and time.perf_counter() >= deadline):
                     return
-                prompt = self.prompts.make(self.workload.prompt_tokens)
-                await record(await self.send(i, prompt, self.workload.output_tokens, t0))
+                prompt, asked, output = self.request(i)
+                await record(await self.send(i, prompt, output, t0, prompt_tokens_asked=asked))
 
         await asyncio.gather(*(stream() for _ in range(load.concurrency)))
 
@@ -587,22 +689,22 @@ class Session:
         """Requests leave on a schedule, whatever the server's pace; an optional cap bounds
         how many are in flight (then waiting for a free place counts as send lag)."""
         cap = asyncio.Semaphore(load.concurrency) if load.concurrency else None
-        prompts_ready = [self.prompts.make(self.workload.prompt_tokens) for _ in range(min(64, load.requests or 64))]
+        prompts_ready = [self.request(i) for i in range(min(64, load.requests or 64))]
 
         async def one(i: int, at: float) -> None:
-            prompt = prompts_ready[i] if i < len(prompts_ready) else self.prompts.make(self.workload.prompt_tokens)
+            prompt, asked, output = prompts_ready[i] if i < len(prompts_ready) else self.request(i)
             delay = t0 + at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             if stop.is_set():
                 return
             if cap is None:
-                result = await self.send(i, prompt, self.workload.output_tokens, t0, scheduled=at)
+                result = await self.send(i, prompt, output, t0, scheduled=at, prompt_tokens_asked=asked)
             else:
                 async with cap:
                     if stop.is_set():
                         return
-                    result = await self.send(i, prompt, self.workload.output_tokens, t0, scheduled=at)
+                    result = await self.send(i, prompt, output, t0, scheduled=at, prompt_tokens_asked=asked)
             await record(result)
 
         await asyncio.gather(*(one(i, at) for i, at in enumerate(self.schedule(load))))

@@ -202,6 +202,13 @@ class ServerSummary:
     def max_kv_cache_usage(self):
         return self.maxima.get("kv_cache_usage")
 
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Share of the prompt tokens looked up in the prefix cache that it held, over the level
+        (vLLM's prefix_cache_hits / prefix_cache_queries); None where the server exports neither."""
+        hits, queries = self.deltas.get("cached_prompt_tokens"), self.deltas.get("prefix_cache_queries")
+        return hits / queries if hits is not None and queries else None
+
     def to_dict(self) -> dict:
         """Flat, as first stored: max_<gauge>, <counter>_delta, <histogram>_mean_s."""
         out: dict = {"version": STORED_VERSION, "status": self.status, "samples": self.samples,

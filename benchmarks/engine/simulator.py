@@ -89,6 +89,9 @@ class SimConfig:
     sharpness: float = 1.0  # the known next-token model (KnownModel); 0 = uniform over the vocabulary
     token_offset: int = 0  # /tokenize answers ids shifted by this: a server with another tokenizer
     score_ms: float = 0.0  # each scoring request (quality: prompt_logprobs, n_probs) answers after this long
+    # A prefix cache of blocks of this many prompt tokens (0 = none): a prompt's leading whole
+    # blocks seen before are not computed again (no prefill cost), as vLLM's automatic prefix caching.
+    prefix_cache_block: int = 0
 
 
 class KnownModel:
@@ -155,6 +158,9 @@ class Simulator:
         self.waiting = 0
         self.tokens_predicted = 0
         self.prompt_tokens_total = 0
+        self.prefix_blocks: set[int] = set()
+        self.cached_tokens_total = 0
+        self.prompt_tokens_looked_up = 0
         self.truth: list[dict] = []
         self.listener: socket.socket | None = None
         self.tasks: set[asyncio.Task] = set()
@@ -349,6 +355,7 @@ class Simulator:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
         n_prompt = len(prompt_ids) + self.backend.sim_bos_tokens + (8 if chat else 0)
+        n_cached = self.prefix_cache_lookup(prompt_ids)
         n_out = max_tokens
         if cfg.eos_after and not (self.backend.sim_exact_length(req) and cfg.honor_ignore_eos):
             n_out = min(n_out, cfg.eos_after)
@@ -379,7 +386,7 @@ class Simulator:
             self.running += 1
             try:
                 start = time.perf_counter()
-                prefill_s = (cfg.prefill_ms + n_prompt * cfg.prefill_ms_per_token) / 1000.0
+                prefill_s = (cfg.prefill_ms + (n_prompt - n_cached) * cfg.prefill_ms_per_token) / 1000.0
                 if chat:
                     writer.write(event({**base, "choices": [{"index": 0, "delta": {"role": "assistant"},
                                                              "finish_reason": None}]}))
@@ -452,7 +459,7 @@ class Simulator:
                 usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out,
                          "total_tokens": n_prompt + n_out}
                 predicted_ms = max((end - first_at) * 1000.0, 1e-6)
-                timings = {"cache_n": 0, "prompt_n": n_prompt, "prompt_ms": prefill_s * 1000.0,
+                timings = {"cache_n": n_cached, "prompt_n": n_prompt - n_cached, "prompt_ms": prefill_s * 1000.0,
                            "prompt_per_second": n_prompt / prefill_s if prefill_s else 0.0,
                            "predicted_n": n_out, "predicted_ms": predicted_ms,
                            "predicted_per_second": (n_out - 1) / predicted_ms * 1000.0 if n_out > 1 else 0.0}
@@ -473,7 +480,26 @@ class Simulator:
         return {"running": self.running, "waiting": self.waiting,
                 "kv_cache_usage": min(1.0, self.running / max(self.config.slots, 1)),
                 "generation_tokens_total": self.tokens_predicted, "prompt_tokens_total": self.prompt_tokens_total,
-                "cached_prompt_tokens_total": 0}  # no prefix cache: every prompt is computed
+                "cached_prompt_tokens_total": self.cached_tokens_total,
+                "prefix_cache_queries_total": self.prompt_tokens_looked_up}
+
+    def prefix_cache_lookup(self, prompt_ids: list[int]) -> int:
+        """Tokens of this prompt the prefix cache holds (its leading whole blocks seen before);
+        the prompt's blocks are cached from now on."""
+        block = self.config.prefix_cache_block
+        if block <= 0:
+            return 0
+        self.prompt_tokens_looked_up += len(prompt_ids)
+        key, cached, hit = 0, 0, True
+        for start in range(0, len(prompt_ids) - block + 1, block):
+            key = hash((key, tuple(prompt_ids[start:start + block])))
+            if hit and key in self.prefix_blocks:
+                cached += block
+            else:
+                hit = False
+                self.prefix_blocks.add(key)
+        self.cached_tokens_total += cached
+        return cached
 
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)

@@ -23,6 +23,7 @@ METRIC_KEYS = {
     "prompt_seconds_total": "seconds spent processing prompts",
     "generation_seconds_total": "seconds spent generating",
     "cached_prompt_tokens_total": "prompt tokens taken from the prefix cache instead of computed",
+    "prefix_cache_queries_total": "prompt tokens looked up in the prefix cache",
     "ttft_seconds": "histogram: time to first token",
     "itl_seconds": "histogram: gap between two tokens of a request",
     "request_tpot_seconds": "histogram: a request's mean time per output token",

