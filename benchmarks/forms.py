@@ -5,7 +5,7 @@ from django import forms
 from django.conf import settings
 
 from benchmarks import selectors
-from benchmarks.engine import backends
+from benchmarks.engine import backends, datasets
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
 from benchmarks.engine.launcher import format_value
@@ -57,6 +57,8 @@ QUALITY_WINDOWS = (1, 1000)
 QUALITY_MAX_POSITIONS = 200_000
 QUALITY_FIELDS = ("quality", "quality_text", "quality_text_file", "quality_text_name", "quality_reference",
                   "quality_ctx", "quality_chunks")
+DATASET_FIELDS = ("dataset_source", "length_distribution", "length_spread", "dataset_file", "output_lengths",
+                  "prefix_tokens", "prefix_share")
 
 
 class RunForm(forms.Form):
@@ -95,6 +97,34 @@ class RunForm(forms.Form):
                                          help_text="Sent before measuring; never part of a result.")
     seed = forms.IntegerField(required=False, min_value=0, max_value=2**63 - 1,
                               help_text="Optional: makes the random prompts repeatable.")
+    # What the requests ask for (engine/datasets.py); the prompt and output tokens above are the
+    # lengths (the means, for a distribution).
+    dataset_source = forms.ChoiceField(choices=[
+        ("synthetic", "random tokens, lengths as below"), ("jsonl", "my prompts (a JSONL file)"),
+        ("sharegpt", "ShareGPT conversations (the set vllm bench serve uses)")], initial="synthetic", required=False,
+        label="Prompts", widget=forms.RadioSelect)
+    length_distribution = forms.ChoiceField(choices=[
+        ("fixed", "fixed"), ("uniform", "uniform range"), ("normal", "normal"), ("lognormal", "log-normal")],
+        initial="fixed", required=False, label="Length distribution",
+        help_text="Random tokens: prompt and output lengths drawn around the tokens above; with the seed, "
+                  "every level draws the same lengths.")
+    length_spread = forms.FloatField(required=False, min_value=0.0, max_value=3.0, label="Spread",
+                                     help_text="Uniform: the range is the length × (1 ± spread), below 1; normal: "
+                                               "the standard deviation is spread × the length; log-normal: σ of "
+                                               "the length's logarithm. Normal and log-normal are cut at 4× the length.")
+    dataset_file = forms.FileField(required=False, label="Prompts file (JSONL)",
+                                   help_text='One JSON object per line: {"prompt": "...", "output_tokens": 128} '
+                                             "(output_tokens optional).")
+    output_lengths = forms.ChoiceField(choices=[
+        ("forced", "forced to the output tokens above"), ("dataset", "the dataset's own (still forced)")],
+        initial="forced", required=False, label="Output lengths",
+        help_text="My prompts: their output_tokens (lines without one get the output tokens above); ShareGPT: "
+                  "the length of each conversation's reply in the server's tokens.")
+    prefix_tokens = forms.IntegerField(required=False, min_value=0, initial=0, label="Shared prefix (tokens)",
+                                       help_text="Random tokens put before the prompt of a share of the requests, "
+                                                 "the same for all of them (a system prompt, a RAG context); the "
+                                                 "server's prefix caching stays on.")
+    prefix_share = forms.FloatField(required=False, min_value=0.0, max_value=100.0, label="Requests with it (%)")
     # The quality step (engine/quality.py), after the load levels.
     quality = forms.BooleanField(required=False, label="Measure quality",
                                  help_text="After the load levels: each endpoint's perplexity on one text and, "
@@ -237,7 +267,11 @@ class RunForm(forms.Form):
 
     @property
     def workload_fields(self):
-        return [f for f in self if f.name not in QUALITY_FIELDS]
+        return [f for f in self if f.name not in QUALITY_FIELDS and f.name not in DATASET_FIELDS]
+
+    @property
+    def dataset_fields(self):
+        return [self[name] for name in DATASET_FIELDS]
 
     @property
     def quality_fields(self):
@@ -248,17 +282,8 @@ class RunForm(forms.Form):
         f = self.cleaned_data.get("quality_text_file")
         if not f:
             return None
-        limit = settings.MAX_EVALUATION_TEXT_MIB * 1024 * 1024
-        if f.size > limit:
-            raise forms.ValidationError(f"{f.name} is {size_text(f.size)}; an evaluation text may be at most "
-                                        f"{settings.MAX_EVALUATION_TEXT_MIB} MiB.")
-        data = f.read()
-        try:
-            text = data.decode("utf-8")  # strict, and nothing stripped: the sha256 is the file's own
-        except UnicodeDecodeError as exc:
-            raise forms.ValidationError(
-                f"{f.name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at position {exc.start + 1} does not "
-                "decode); save it as UTF-8.") from None
+        # Strict UTF-8, and nothing stripped: the sha256 is the file's own.
+        text = _utf8_upload(f, settings.MAX_EVALUATION_TEXT_MIB, "an evaluation text")
         if not text.strip():
             raise forms.ValidationError(f"{f.name} is empty: an evaluation text needs words to score.")
         if "\x00" in text:
@@ -297,11 +322,69 @@ class RunForm(forms.Form):
                 f"This run would send {total} requests (endpoints and recipe settings × levels × requests per "
                 f"level); the limit is {settings.MAX_REQUESTS_PER_RUN}.")
         # The runs-in-flight limit is checked by services.run_create, atomically with the insert.
-        prompt, output = data.get("prompt_tokens"), data.get("output_tokens")
-        if prompt and output and prompt + output > settings.MAX_TOKENS:
-            raise forms.ValidationError(
-                f"Prompt plus output tokens ({prompt + output}) exceed the limit of {settings.MAX_TOKENS}.")
+        self._clean_dataset(data)
+        dataset = data.get("dataset")
+        if dataset is not None and dataset.source == "synthetic":
+            prompt, output = dataset.prompt_lengths.high + dataset.prefix_tokens, dataset.output_lengths.high
+            if prompt + output > settings.MAX_TOKENS:
+                longest = "" if dataset.prompt_lengths.distribution == "fixed" else " at the longest draws"
+                raise forms.ValidationError(
+                    f"Prompt plus output tokens ({prompt + output}{longest}, shared prefix included) exceed the "
+                    f"limit of {settings.MAX_TOKENS}.")
         return data
+
+    def clean_dataset_file(self) -> dict | None:
+        """The uploaded JSONL as {"name", "entries"}: UTF-8, within MAX_DATASET_MIB, every line a prompt."""
+        f = self.cleaned_data.get("dataset_file")
+        if not f:
+            return None
+        text = _utf8_upload(f, settings.MAX_DATASET_MIB, "a prompts file")
+        try:
+            # No tokenizer packs more than 8 characters into a token on average: a prompt longer than
+            # that can never fit; the exact check is against the server's tokenizer when the run starts.
+            entries = datasets.parse_jsonl(text, max_output_tokens=settings.MAX_TOKENS,
+                                           max_prompt_chars=settings.MAX_TOKENS * 8)
+        except datasets.DatasetError as exc:
+            raise forms.ValidationError(f"{f.name}: {exc}") from None
+        for entry in entries:
+            try:
+                storable_text(entry.prompt)
+            except forms.ValidationError as exc:
+                raise forms.ValidationError(f"{f.name}, line {entry.line}: {exc.messages[0]}") from None
+        return {"name": f.name[:200], "entries": tuple(entries)}
+
+    def _clean_dataset(self, data) -> None:
+        """`dataset` (an engine.datasets.Dataset) from the dataset fields, which are dropped."""
+        source = data.pop("dataset_source", None) or "synthetic"
+        upload = data.pop("dataset_file", None)
+        distribution = data.pop("length_distribution", None) or "fixed"
+        spread = data.pop("length_spread", None) or 0.0
+        outputs = data.pop("output_lengths", None) or "forced"
+        prefix_tokens = data.pop("prefix_tokens", None) or 0
+        prefix_share = (data.pop("prefix_share", None) or 0.0) / 100.0
+        if prefix_tokens > settings.MAX_TOKENS:
+            self.add_error("prefix_tokens", f"Ensure this value is at most {settings.MAX_TOKENS}.")
+        if prefix_tokens and not prefix_share and "prefix_share" not in self.errors:
+            self.add_error("prefix_share", "Say which share of the requests starts with the prefix, e.g. 50.")
+        if source == "jsonl" and not upload and "dataset_file" not in self.errors:
+            self.add_error("dataset_file", "Upload the prompts file (JSONL), or choose other prompts.")
+        if source == "sharegpt" and not datasets.sharegpt_available():
+            self.add_error("dataset_source", f"Not available: {datasets.SHAREGPT_MISSING}.")
+        if source == "synthetic" and outputs == "dataset":
+            self.add_error("output_lengths", "Random tokens have no output lengths of their own: force them.")
+        if "prompt_tokens" not in data or "output_tokens" not in data:
+            return
+        dataset = datasets.Dataset(
+            source=source, outputs=outputs,
+            prompt_lengths=datasets.Lengths(distribution, data["prompt_tokens"], spread),
+            output_lengths=datasets.Lengths(distribution, data["output_tokens"], spread),
+            entries=upload["entries"] if upload and source == "jsonl" else (),
+            name=upload["name"] if upload and source == "jsonl" else "",
+            prefix_tokens=prefix_tokens, prefix_share=prefix_share)
+        problem = datasets.Lengths(distribution, 1, spread).problem()
+        if problem and "length_spread" not in self.errors:
+            self.add_error("length_spread", problem[0].upper() + problem[1:] + ".")
+        data["dataset"] = dataset
 
 
     def _clean_quality(self, data) -> None:
@@ -369,6 +452,19 @@ class RunForm(forms.Form):
                 self.add_error("duration_s", (
                     f"{levels} level(s) × {endpoints} endpoint(s) × {_span(duration)} could take {_span(total)}, above "
                     f"the run time limit of {_span(limit)}. Set a shorter duration or fewer levels."))
+
+
+def _utf8_upload(f, limit_mib: int, what: str) -> str:
+    """An uploaded file's text: at most `limit_mib` MiB, strict UTF-8; else a message naming the file."""
+    if f.size > limit_mib * 1024 * 1024:
+        raise forms.ValidationError(f"{f.name} is {size_text(f.size)}; {what} may be at most {limit_mib} MiB.")
+    data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise forms.ValidationError(
+            f"{f.name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at position {exc.start + 1} does not "
+            "decode); save it as UTF-8.") from None
 
 
 _ASCII_INT = re.compile(r"[0-9]+")

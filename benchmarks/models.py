@@ -15,6 +15,7 @@ from django.utils.text import slugify
 from benchmarks.engine import backends
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Target, Workload
+from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.launcher import PLACEHOLDERS, REFUSED_ENV, LaunchReport, ServerSpec, setting_label
 from benchmarks.engine.metrics import LevelSummary
@@ -389,6 +390,9 @@ class Run(models.Model):
     duration_s = models.FloatField(null=True, blank=True, help_text="Optional time bound per level.")
     warmup_requests = models.PositiveIntegerField()
     seed = models.BigIntegerField(null=True, blank=True)
+    # What the requests ask for: engine.datasets.Dataset, written by its to_dict and read by its
+    # from_dict (`requests_dataset`); {} (runs stored before) is fixed lengths, as measured then.
+    dataset = models.JSONField(default=dict, blank=True)
     slo_ttft_ms = models.FloatField("SLO: TTFT (ms)", null=True, blank=True)
     slo_tpot_ms = models.FloatField("SLO: TPOT (ms)", null=True, blank=True)
     slo_e2e_ms = models.FloatField("SLO: E2E (ms)", null=True, blank=True)
@@ -454,7 +458,13 @@ class Run(models.Model):
         """What every level of the run shares; the levels themselves are its `loads()`."""
         return Workload(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
                         temperature=self.temperature, warmup_requests=self.warmup_requests,
-                        api=self.api, seed=self.seed)
+                        api=self.api, seed=self.seed, dataset=self.requests_dataset,
+                        token_limit=settings.MAX_TOKENS)
+
+    @property
+    def requests_dataset(self) -> Dataset:
+        """What the run's requests ask for (the one reader of `dataset`)."""
+        return Dataset.from_dict(self.dataset, self.prompt_tokens, self.output_tokens)
 
     def loads(self) -> list[Load]:
         """The run's load levels, in order (engine.client.Load)."""

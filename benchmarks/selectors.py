@@ -17,6 +17,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from benchmarks.engine.catalogue import METRICS, REQUEST_CSV, RESULTS_TABLE, Figure, definitions, figure
+from benchmarks.engine.datasets import histogram
 from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
 from benchmarks.engine.points import Point, QualityPoint, stated
@@ -132,6 +133,36 @@ def run_failures(run: Run, *, limit: int = 200, hide_addresses: bool = False) ->
 
 def run_error(run: Run, *, hide_addresses: bool = False) -> str:
     return address_hider(run.endpoints.all(), hide_addresses)(run.error) if run.error else ""
+
+
+def run_length_histograms(run: Run) -> list[dict]:
+    """Per endpoint, the prompt and output lengths its measured requests had by the server's own
+    usage (what was actually sent and generated), as histograms with bars scaled to the largest
+    bin: [{"endpoint", "requests", "prompt": [...], "output": [...]}], a bar {"low", "high",
+    "count", "percent"}. Failed requests and those without usage are left out."""
+    by_endpoint: dict = {}
+    rows = (RequestRecord.objects.filter(level__run=run, error="", prompt_tokens__isnull=False)
+            .values_list("level__endpoint", "prompt_tokens", "output_tokens"))
+    for endpoint_id, prompt, output in rows:
+        lengths = by_endpoint.setdefault(endpoint_id, ([], []))
+        lengths[0].append(prompt)
+        if output is not None:
+            lengths[1].append(output)
+    endpoints = {e.id: e for e in run.endpoints.filter(id__in=by_endpoint)}
+    out = []
+    for endpoint_id, (prompts, outputs) in sorted(by_endpoint.items(), key=lambda kv: endpoints[kv[0]].name):
+        out.append({"endpoint": endpoints[endpoint_id], "requests": len(prompts),
+                    "prompt": _bars(histogram(prompts)), "output": _bars(histogram(outputs))})
+    return out
+
+
+def _bars(h: dict) -> list[dict]:
+    if not h:
+        return []
+    top = max(h["counts"])
+    edges = h["edges"]
+    return [{"low": edges[k], "high": (edges[k + 1] - 1 if k + 1 < len(edges) - 1 else edges[-1]),
+             "count": c, "percent": round(100 * c / top)} for k, c in enumerate(h["counts"])]
 
 
 def run_failure_count(run: Run) -> int:

@@ -21,7 +21,9 @@ from django.utils import timezone
 
 from benchmarks.engine import gpu as gpu_telemetry
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
-from benchmarks.engine.client import Cancelled, LevelOutcome, Load, Session, Timeouts, describe_error, until_stopped
+from benchmarks.engine.client import (Cancelled, Finding, LevelOutcome, Load, Session, Timeouts, describe_error,
+                                      until_stopped)
+from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
 from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
@@ -46,7 +48,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
                quality_upload: dict | None = None, quality_reference: Endpoint | None = None,
                quality_ctx: int = quality_engine.DEFAULT_CTX,
                quality_chunks: int = quality_engine.DEFAULT_CHUNKS, recipes: list = (),
-               sweep: dict | None = None) -> Run:
+               sweep: dict | None = None, dataset: Dataset | None = None) -> Run:
     """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
     queued or running: counted and inserted in one transaction that holds the owner's row.
     With `quality`, the quality step follows the levels: on `quality_text`, or on
@@ -70,6 +72,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             arrivals=arrivals, max_concurrency=max_concurrency or 0, duration_s=duration_s,
             requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
+            dataset=dataset.to_dict() if dataset is not None else {},
             quality=quality, quality_text=quality_text, quality_reference=quality_reference,
             quality_ctx=quality_ctx, quality_chunks=quality_chunks,
             progress_total=len(endpoints) * _measured_per_endpoint(
@@ -202,6 +205,10 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
             Run.objects.filter(id=run.id).update(server_config=run.server_config)
             _note(run, f"{endpoint.name}: building prompts and warming up")
             run.preflight[str(endpoint.id)].append(step(session.prepare(preflight.model)).to_dict())
+            if session.dataset_problem:  # requests that cannot be built: no level is measured
+                problem = Finding("requests", False, session.dataset_problem)
+                preflight.findings.append(problem)
+                run.preflight[str(endpoint.id)].append(problem.to_dict())
             Run.objects.filter(id=run.id).update(preflight=run.preflight)
         gpu_indices, gpu_note = _gpus_to_sample(endpoint)
         for index, load in enumerate(loads):

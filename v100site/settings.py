@@ -223,6 +223,8 @@ MAX_IMPORT_MIB = envint("MAX_IMPORT_MIB", "20")
 MAX_IMPORT_LEVELS = envint("MAX_IMPORT_LEVELS", "1000")
 # The quality step's evaluation texts: an uploaded text may be up to this many MiB of UTF-8.
 MAX_EVALUATION_TEXT_MIB = envint("MAX_EVALUATION_TEXT_MIB", "2")
+# A run's uploaded prompts (JSONL): up to this many MiB, stored with the run.
+MAX_DATASET_MIB = envint("MAX_DATASET_MIB", "4")
 FILE_UPLOAD_HANDLERS = ["benchmarks.uploads.FileSizeLimitHandler",
                         "django.core.files.uploadhandler.MemoryFileUploadHandler",
                         "django.core.files.uploadhandler.TemporaryFileUploadHandler"]

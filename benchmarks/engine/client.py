@@ -460,6 +460,8 @@ class Session:
         else:
             body["prompt"] = prompt
         body.update(self.backend.request_extras(max_tokens))
+        if self.plan.dataset.shares_prefix:  # the point of a shared prefix is the server's prompt cache
+            body.update(self.backend.prompt_cache_fields)
         return body
 
     # ---------------------------------------------------------------- one request

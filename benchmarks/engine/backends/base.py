@@ -53,6 +53,10 @@ class Backend:
     # ------------------------------------------------------------------ request dialect
     serves_any_model = False  # answers any model name with its one model (llama-server)
 
+    # Fields that turn the server's prompt cache back on, for a run whose requests share a prefix
+    # (request_extras turns it off where a request can).
+    prompt_cache_fields: dict = {}
+
     def request_extras(self, max_tokens: int) -> dict:
         """Fields beyond the OpenAI request, so that a request generates exactly `max_tokens`
         (past an end-of-sequence token) and its prompt is computed, not taken from a cache."""

@@ -13,6 +13,8 @@ class LlamaCpp(Backend):
     choice_label = "llama.cpp (llama-server)"
     serves_any_model = True  # it answers any model name with its one model; it still lists an id
 
+    prompt_cache_fields = {"cache_prompt": True}
+
     def request_extras(self, max_tokens: int) -> dict:
         # cache_prompt off: every request's prefill is measured, none reused from a slot.
         return {"ignore_eos": True, "cache_prompt": False, "n_predict": max_tokens}
