@@ -439,7 +439,17 @@ class Run(models.Model):
         e.g. "llama-q4, vllm-fp8 at c=1,8 · 2026-03-02 14:05"."""
         names = [e.name for e in self.endpoints.all()] if self.pk else []
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        return f"{shown or 'Run'} at {self.levels_label} · {timezone.localtime(self.created):%Y-%m-%d %H:%M}"
+        return f"{shown or 'Run'} at {self.levels_label} · {self._queued_at}"
+
+    @property
+    def name_beside_endpoint(self) -> str:
+        """Its name where an endpoint is named beside it: the title, else load and date (no query
+        for the endpoints' names, so a list of many rows stays one query)."""
+        return self.title or f"run at {self.levels_label} · {self._queued_at}"
+
+    @property
+    def _queued_at(self) -> str:
+        return f"{timezone.localtime(self.created):%Y-%m-%d %H:%M}"
 
     def get_absolute_url(self):
         return reverse("run-detail", args=[self.public_id])

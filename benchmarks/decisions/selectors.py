@@ -300,7 +300,7 @@ def quality_evidence_from_db(*, limit: int = QUALITY_LIMIT, published: bool = Tr
     for row in rows:
         e, run, result = row.endpoint, row.run, row.figures
         reference = run.quality_reference
-        label = f"{run} · {e.name}"
+        label = f"{run.name_beside_endpoint} · {e.name}"
         point = QualityPoint.measured(result, label=label, model=e.variant.model.name,
                                       reference=endpoint_label(reference) if reference else None)
         evidence.append(QualityEvidence(
