@@ -75,7 +75,7 @@ def test_a_slower_release_is_a_regression_against_the_baseline(cli, tmp_path, si
     first = Run.objects.order_by("created").first()
     # The same comparison against the baseline run on the server, by its public id; and no
     # regression when the threshold is above the slowdown.
-    r = cli("submit", workload(tmp_path), "--wait", "--poll", "0.3", "--baseline", first.public_id,
+    r = cli("submit", workload(tmp_path), "--wait", "--poll", "0.3", f"--baseline={first.public_id}",  # an id may begin with "-"
             "--metric", "aggregate_tok_s", "--max-regression", "5000")
     assert r.returncode == 0, r.stderr
 

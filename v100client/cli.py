@@ -247,7 +247,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--output", "-o", help="write the run, its results and the verdict here as JSON")
     s.add_argument("--fatal-flag", action="append", default=[], metavar="CODE",
                    help="a validity flag code that fails the job (repeatable), e.g. error_rate")
-    s.add_argument("--baseline", help="a JSON file an earlier --output wrote, or a run's public id")
+    s.add_argument("--baseline", help="a JSON file an earlier --output wrote, or a run's public id (write --baseline=ID: an id may begin with \"-\")")
     s.add_argument("--metric", action="append", metavar="FIGURE",
                    help=f"a figure to compare with the baseline (repeatable; default {', '.join(DEFAULT_METRICS)})")
     s.add_argument("--max-regression", type=float, default=10.0, metavar="PCT",
