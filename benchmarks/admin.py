@@ -1,3 +1,5 @@
+import json
+
 from django import forms
 from django.contrib import admin, messages
 from django.db.models.constants import LOOKUP_SEP
@@ -139,6 +141,18 @@ class ServerRecipeAdmin(InventoryAdmin):
     list_filter = ("backend", "host", "enabled")
     search_fields = ("name", "executable", "model_path", "notes")
     readonly_fields = ("created",)
+
+    def get_changeform_initial_data(self, request):
+        """GET pre-fills the add form (the decision page's "add a recipe from this command"); the
+        JSON fields arrive as JSON text, which the form would show quoted as one string."""
+        initial = super().get_changeform_initial_data(request)
+        for name in ("args", "sweep", "env"):
+            if isinstance(initial.get(name), str):
+                try:
+                    initial[name] = json.loads(initial[name])
+                except ValueError:
+                    initial.pop(name)
+        return initial
 
     @admin.display(description="sweep")
     def sweep_label(self, recipe):

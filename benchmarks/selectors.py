@@ -204,11 +204,19 @@ def run_server_config(run: Run, *, hide_addresses: bool = False) -> list[tuple[E
             for k, v in run.server_config.items() if k in endpoints and isinstance(v, dict)]
 
 
-def endpoint_ids_by_name(names: list[str]) -> list[int]:
-    """The ids of the enabled endpoints with these names (links that pre-fill the run form). A
-    name PostgreSQL cannot even compare (a NUL) names no endpoint."""
+def _ids_by_name(qs: QuerySet, names: list[str]) -> list[int]:
+    """The ids of these names in qs (links that pre-fill the run form). A name PostgreSQL cannot
+    even compare (a NUL) names nothing."""
     names = [n for n in names[:100] if "\x00" not in n]
-    return list(Endpoint.objects.filter(enabled=True, name__in=names).values_list("id", flat=True))
+    return list(qs.filter(name__in=names).values_list("id", flat=True))
+
+
+def endpoint_ids_by_name(names: list[str]) -> list[int]:
+    return _ids_by_name(Endpoint.objects.filter(enabled=True), names)
+
+
+def recipe_ids_by_name(names: list[str]) -> list[int]:
+    return _ids_by_name(ServerRecipe.objects.filter(enabled=True), names)
 
 
 def endpoints_for_runs() -> QuerySet[Endpoint]:

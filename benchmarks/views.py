@@ -59,6 +59,9 @@ def _prefill(params) -> dict:
     endpoints = selectors.endpoint_ids_by_name(params.getlist("endpoints"))
     if endpoints:
         initial["endpoints"] = endpoints
+    recipes = selectors.recipe_ids_by_name(params.getlist("recipes"))
+    if recipes:
+        initial["recipes"] = recipes
     return initial
 
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 from urllib.parse import quote, urlsplit
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings as hsettings, strategies as st
@@ -17,7 +18,7 @@ from benchmarks.decisions import presenter, selectors
 from benchmarks.decisions.forms import DecisionForm
 from benchmarks.engine.client import LevelOutcome
 from benchmarks.engine.metrics import RequestResult
-from benchmarks.models import Decision, Gpu, Host, LevelResult, Model, Run, Variant
+from benchmarks.models import Decision, Gpu, Host, LevelResult, Model, Run, ServerRecipe, Variant
 from benchmarks.services import level_store
 from factories import advice, decide, endpoint, gpu_samples, gpu_telemetry, user
 
@@ -717,3 +718,63 @@ def test_measure_this_prefills_a_run_of_the_recommendation(member):
     assert [str(v) for v in f["endpoints"].value()] == [str(fp8.pk)]
     assert f["concurrency_levels"].value() == "1,2,4,8"
     assert str(f["prompt_tokens"].value()) == "512" and str(f["output_tokens"].value()) == "100"
+
+
+def recipe_on(host, name, *, backend, variant, executable="/opt/llama.cpp/bin/llama-server"):
+    return ServerRecipe.objects.create(name=name, host=host, backend=backend, executable=executable,
+                                       model_path="/models/x.gguf", args=["-m", "{model}", "--port", "{port}"],
+                                       variant=variant)
+
+
+def test_measure_this_prefills_a_recipe_that_starts_the_recommendation(member):
+    """With no endpoint serving the recommendation but a recipe on the host that starts it, the
+    link pre-fills a run with that recipe (its worker starts, measures and stops the server)."""
+    host, run, fp8, q4 = h200_setup(900.0, 349.0)
+    fp8.enabled = False
+    fp8.save()
+    other = h200_host("h200-2")
+    recipe = recipe_on(host, "h200-fp8-recipe", backend="vllm", variant=fp8.variant, executable="/opt/vllm/bin/vllm")
+    recipe_on(other, "elsewhere-fp8", backend="vllm", variant=fp8.variant)  # another host: not offered
+    recipe_on(host, "h200-q4-recipe", backend="llamacpp", variant=q4.variant)  # another candidate
+    page = member.post(reverse("decision-new"), form(host=host.pk, users=8, priority="throughput"), follow=True)
+    link = page.context["measure_this"]
+    assert link["candidate"] == "vllm-fp8" and [r.name for r in link["recipes"]] == ["h200-fp8-recipe"]
+    assert link["endpoints"] == [] and "started by the worker on h200-1" in page.content.decode()
+    f = member.get(link["url"]).context["form"]
+    assert [str(v) for v in f["recipes"].value()] == [str(recipe.pk)] and not f["endpoints"].value()
+    assert f["concurrency_levels"].value() == "1,2,4,8"
+
+
+def test_staff_may_add_a_recipe_from_the_launch_command_when_nothing_starts_it(client):
+    """Neither an endpoint nor a recipe: staff get the inventory's recipe form pre-filled from the
+    launch command, the port, model and host as the worker's placeholders; members do not."""
+    staff = user("inventory-staff", staff=True)
+    client.force_login(staff)
+    page = client.post(reverse("decision-new"), form(), follow=True)
+    html = page.content.decode()
+    command = html.split('id="launch-command">')[1].split("</pre>")[0]
+    link = page.context["measure_this"]
+    assert link["url"] is None and link["recipe_add"] and 'id="recipe-add"' in html
+    add = client.get(link["recipe_add"])
+    assert add.status_code == 200
+    initial = add.context["adminform"].form.initial
+    words = command.split()
+    assert initial["backend"] == "llamacpp" and initial["executable"] == words[0] == "llama-server"
+    assert initial["model_path"] == words[words.index("-m") + 1]
+    args = initial["args"]  # a list, as the JSON field holds it, not a quoted string
+    assert args[args.index("-m") + 1] == "{model}" and args[args.index("--port") + 1] == "{port}"
+    assert args[args.index("--host") + 1] == "{host}" and "--parallel" in args
+    # the pre-filled form, once given the host's executable path and host, saves a valid recipe
+    host = Host.objects.create(name="v100-box")
+    data = {k: v for k, v in initial.items()}
+    post = {"name": data["name"], "host": host.pk, "backend": data["backend"],
+            "executable": "/opt/llama.cpp/bin/llama-server", "model_path": data["model_path"],
+            "args": json.dumps(args), "sweep": "{}", "env": "{}", "listen_address": "127.0.0.1",
+            "notes": data["notes"], "enabled": "on", "created_0": "2026-12-01", "created_1": "12:00:00"}
+    saved = client.post(reverse("admin:benchmarks_serverrecipe_add"), post)
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    recipe = ServerRecipe.objects.get(name=data["name"])
+    assert recipe.args == args
+    member = Client()
+    member.force_login(user())
+    assert 'id="recipe-add"' not in member.get(page.redirect_chain[-1][0]).content.decode()

@@ -9,6 +9,8 @@ figures as the metric catalogue does; 1, with no "version", named them ttft_p50_
 """
 from __future__ import annotations
 
+import json
+import shlex
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -19,7 +21,7 @@ from benchmarks.advisor.facts import WRITEUP
 from benchmarks.advisor.performance import METRICS
 from benchmarks.compare import shown
 from benchmarks.decisions.forms import INTERCONNECTS
-from benchmarks.decisions.selectors import CANDIDATES, VARIANT_QUANTIZATION, endpoints_for
+from benchmarks.decisions.selectors import CANDIDATES, VARIANT_QUANTIZATION, endpoints_for, recipes_for
 from benchmarks.engine.catalogue import COMPARISON_QUALITY, LAUNCH_FIGURES, figure
 from benchmarks.importers.published import QUALITY_LABEL
 
@@ -141,25 +143,59 @@ def _levels(users: int) -> list[int]:
 
 
 def _link(result: dict, suggestion: dict) -> dict:
-    """A suggested run with the registered endpoints that can measure it and a link that pre-fills
-    the run form (its fields: endpoints, concurrency_levels, prompt_tokens, output_tokens, title,
-    quality); `url` is None when no endpoint serves that candidate there."""
+    """A suggested run with the registered endpoints and server recipes that can measure it and a
+    link that pre-fills the run form (its fields: endpoints, recipes, concurrency_levels,
+    prompt_tokens, output_tokens, title, quality); `url` is None when nothing serves or starts that
+    candidate there. Without either, `recipe_add` pre-fills a recipe (staff) from its launch command."""
     gpu = result["gpu"]
     s = suggestion
     candidate = CANDIDATES[s["candidate"]]
     levels = [n for n in s["concurrency_levels"] if n <= settings.MAX_CONCURRENCY]
     endpoints = endpoints_for(s["candidate"], s["host_id"], gpu["name"], gpu["compute_capability"])
+    recipes = recipes_for(s["candidate"], s["host_id"], gpu["name"], gpu["compute_capability"])
     title = f"Measure {candidate.label} at {s['prompt_tokens']}/{s['output_tokens']} tokens: {s['why']}"[:200]
     url = None
-    if endpoints and levels:
+    if (endpoints or recipes) and levels:
         url = reverse("run-new") + "?" + urlencode(
             [("endpoints", e.name) for e in endpoints]  # names: the page is public, ids are not
+            + [("recipes", r.name) for r in recipes]
             + [("concurrency_levels", ",".join(map(str, levels))), ("prompt_tokens", s["prompt_tokens"]),
                ("output_tokens", s["output_tokens"]), ("title", title)]
             + ([("quality", "on")] if s.get("quality") else []))
-    return {**s, "label": candidate.label, "levels": levels, "endpoints": endpoints, "url": url,
+    launch = next((c.get("launch") for c in result.get("ranked", []) if c.get("key") == s["candidate"]), None)
+    return {**s, "label": candidate.label, "levels": levels, "endpoints": endpoints, "recipes": recipes, "url": url,
             "capped": len(levels) < len(s["concurrency_levels"]), "backend": candidate.backend,
-            "quantization": VARIANT_QUANTIZATION.get(candidate.quantization, candidate.quantization)}
+            "quantization": VARIANT_QUANTIZATION.get(candidate.quantization, candidate.quantization),
+            "recipe_add": None if (endpoints or recipes) else recipe_add_link(result, candidate, launch)}
+
+
+def recipe_add_link(result: dict, candidate, launch: dict | None) -> str | None:
+    """The inventory's "add server recipe" form pre-filled from a launch command: the backend, the
+    host, the model path and the arguments with the worker's placeholders ({port}, {model}, {host}).
+    The executable is left as the command names it: staff make it the host's absolute path."""
+    if not launch or not launch.get("command"):
+        return None
+    words = shlex.split(launch["command"])
+    executable, args = words[0], words[1:]
+    if executable == "vllm" and args[:1] == ["serve"]:  # `vllm serve MODEL`: the model is positional
+        args = args[1:]
+        model_path, args = args[0], ["serve", "{model}"] + args[1:]
+    else:
+        i = args.index("-m") if "-m" in args else -1
+        model_path = args[i + 1] if i >= 0 else ""
+        if i >= 0:
+            args[i + 1] = "{model}"
+    if "--port" in args:
+        args[args.index("--port") + 1] = "{port}"
+    else:
+        args += ["--port", "{port}"]
+    args += ["--host", "{host}"]
+    params = {"name": f"{candidate.label} ({result['model']['name']})"[:100], "backend": candidate.backend,
+              "executable": executable, "model_path": model_path, "args": json.dumps(args),
+              "notes": f"From the decision page's launch command: {launch['command']}"}
+    if result["gpu"].get("host_id"):
+        params["host"] = result["gpu"]["host_id"]
+    return reverse("admin:benchmarks_serverrecipe_add") + "?" + urlencode(params)
 
 
 def measure_next_links(result: dict) -> list[dict]:

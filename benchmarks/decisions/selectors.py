@@ -20,7 +20,7 @@ from benchmarks.advisor.performance import gpu_key
 from benchmarks.engine.catalogue import ADVISOR_FIGURES
 from benchmarks.engine.points import QualityPoint
 from benchmarks.models import (Decision, Endpoint, Gpu, Host, LevelResult, Model, QualityMeasurement, Run,
-                               ServerLaunch)
+                               ServerLaunch, ServerRecipe)
 from benchmarks.selectors import address_hider, decision_by_public_id, endpoint_label, level_point
 
 # Candidate.quantization -> Variant.quantization: how a registered endpoint maps to a candidate.
@@ -326,6 +326,24 @@ def decisions_recent(*, owner, limit: int = 10) -> QuerySet[Decision]:
     return Decision.objects.filter(owner=owner).only("public_id", "recommended", "created", "result")[:limit]
 
 
+def _serving(qs: QuerySet, host_id: str | None, gpu_name: str, cc: tuple, gpu_of, prefetch: tuple) -> list:
+    """Of qs (endpoints or recipes), those on the host, or (a stated GPU) those whose GPU (gpu_of)
+    is of the same model or compute capability."""
+    if host_id is not None:
+        return list(qs.filter(host_id=int(host_id)).select_related("host"))
+    matches = []
+    for item in qs.select_related("host").prefetch_related(*prefetch):
+        g = gpu_of(item)
+        if g and (gpu_key(g.name) == gpu_key(gpu_name) or parse_cc(g.compute_capability) == tuple(cc)):
+            matches.append(item)
+    return matches
+
+
+def _host_gpu(recipe: ServerRecipe) -> Gpu | None:
+    gpus = list(recipe.host.gpus.all())[:1]
+    return gpus[0] if gpus and gpus[0].name and parse_cc(gpus[0].compute_capability) else None
+
+
 def endpoints_for(candidate_key: str, host_id: str | None, gpu_name: str, cc: tuple) -> list[Endpoint]:
     """Enabled endpoints that serve this candidate: on the host, or (a stated GPU) on any GPU of
     the same model or compute capability."""
@@ -334,14 +352,19 @@ def endpoints_for(candidate_key: str, host_id: str | None, gpu_name: str, cc: tu
         return []
     qs = Endpoint.objects.filter(enabled=True, backend=c.backend,
                                  variant__quantization=VARIANT_QUANTIZATION[c.quantization])
-    if host_id is not None:
-        return list(qs.filter(host_id=int(host_id)).select_related("host"))
-    matches = []
-    for e in qs.select_related("host").prefetch_related("gpus", "host__gpus"):
-        g = endpoint_gpu(e)
-        if g and (gpu_key(g.name) == gpu_key(gpu_name) or parse_cc(g.compute_capability) == tuple(cc)):
-            matches.append(e)
-    return matches
+    return _serving(qs, host_id, gpu_name, cc, endpoint_gpu, ("gpus", "host__gpus"))
+
+
+def recipes_for(candidate_key: str, host_id: str | None, gpu_name: str, cc: tuple) -> list[ServerRecipe]:
+    """Enabled server recipes that start this candidate: on the host, or (a stated GPU) on a host
+    whose first GPU is of the same model or compute capability. The worker decides at start
+    whether its host allows them; the decision page only offers them."""
+    c = CANDIDATES[candidate_key]
+    if c.quantization not in VARIANT_QUANTIZATION:
+        return []
+    qs = ServerRecipe.objects.filter(enabled=True, backend=c.backend,
+                                     variant__quantization=VARIANT_QUANTIZATION[c.quantization])
+    return _serving(qs, host_id, gpu_name, cc, _host_gpu, ("host__gpus",))
 
 
 def engine_builds_for(host_id: str | None, gpu_name: str, cc: tuple) -> EngineBuilds:
