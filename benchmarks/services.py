@@ -203,8 +203,13 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
             run.server_config[str(endpoint.id)] = step(
                 server_identity(session.client, endpoint.base_url, endpoint.backend))
             Run.objects.filter(id=run.id).update(server_config=run.server_config)
-            _note(run, f"{endpoint.name}: building prompts and warming up")
-            run.preflight[str(endpoint.id)].append(step(session.prepare(preflight.model)).to_dict())
+            fits = session.context_check(run.server_config[str(endpoint.id)])
+            if fits:  # a request past the server's context fails every time: say so once, send none
+                preflight.findings.append(fits)
+                run.preflight[str(endpoint.id)].append(fits.to_dict())
+            if preflight.ok:
+                _note(run, f"{endpoint.name}: building prompts and warming up")
+                run.preflight[str(endpoint.id)].append(step(session.prepare(preflight.model)).to_dict())
             if session.dataset_problem:  # requests that cannot be built: no level is measured
                 problem = Finding("requests", False, session.dataset_problem)
                 preflight.findings.append(problem)

@@ -41,8 +41,11 @@ async def measure_levels(url: str, levels: list[int], requests: int, gpu_indices
         if not preflight.ok:
             return {"error": preflight.cause}
         identity = await server_identity(session.client, url, "llamacpp")
-        await session.prepare(preflight.model)
         out = {"server": {k: identity.get(k) for k in ("n_ctx", "total_slots", "build_info")}, "levels": []}
+        fits = session.context_check(identity)
+        if fits and not fits.ok:  # as the worker does: no request that is sure to fail
+            return {**out, "error": f"{fits.check}: {fits.detail}"}
+        await session.prepare(preflight.model)
         for load in loads:
             outcome, gpu, _ = await measure_observed(session, load, gpu_indices=gpu_indices, gpu_interval_s=0.1)
             s = summarize_level(outcome.results, outcome.wall_s)
@@ -110,9 +113,15 @@ def main() -> int:
         print(f"{entry['label']:<44} {r.status:<14} {r.health_s or 0:8.2f} {r.first_token_s or 0:9.2f} "
               f"{r.memory_loaded.server_mib or 0:10.0f} {r.memory_peak.server_mib or 0:9.0f} "
               f"{str(r.memory_freed):>5}  {r.cause.code} {r.cause.line[:80]}")
+        if entry.get("error"):
+            print(f"    not measured: {entry['error']}")
         for lv in entry.get("levels", []):
-            print(f"    c={lv['concurrency']:<3} decode p50 {lv['decode_tok_s_p50'] or 0:7.1f} tok/s, aggregate "
-                  f"{lv['aggregate_tok_s'] or 0:7.1f} tok/s, TTFT p50 {lv['ttft_ms_p50'] or 0:7.1f} ms")
+            if not lv["completed"]:
+                print(f"    c={lv['concurrency']:<3} all {lv['failed']} requests failed")
+                continue
+            print(f"    c={lv['concurrency']:<3} decode p50 {lv['decode_tok_s_p50']:7.1f} tok/s, aggregate "
+                  f"{lv['aggregate_tok_s']:7.1f} tok/s, TTFT p50 {lv['ttft_ms_p50']:7.1f} ms, "
+                  f"{lv['failed']} failed")
     return 0
 
 

@@ -128,6 +128,17 @@ def test_each_backend_reads_its_identity_from_the_simulator(simulator):
     assert found["openai"]["models"] == [{"id": "sim-model", "object": "model", "owned_by": "simulator"}]
 
 
+def test_each_backend_says_how_much_context_one_request_gets(simulator):
+    """The context one request may hold, read from what each server says of itself (vLLM's
+    max_model_len, a llama.cpp slot's n_ctx, SGLang's context_length); a plain OpenAI server
+    says nothing."""
+    context = {d: backends.get(d).context_per_request(identity(simulator(dialect=d, context=777).url, d))
+               for d in DIALECTS}
+    assert context == {d: (None if d == "openai" else 777) for d in DIALECTS}
+    # llama.cpp without /slots: /props' n_ctx, which is already per slot
+    assert backends.get("llamacpp").context_per_request({"n_ctx": 512, "total_slots": 16}) == 512
+
+
 def test_sglang_identity_falls_back_to_the_newer_endpoint_names():
     def handler(request):
         answers = {"/model_info": {"model_path": "Qwen/Qwen2.5-7B-Instruct", "weight_version": "v2"},

@@ -57,3 +57,23 @@ def test_a_run_against_real_llamacpp_through_the_worker(client, llama_server, ce
         assert level.summary["server_decode_tok_s"]["count"] == 3
     findings = run.preflight[str(e.id)]
     assert all(f["ok"] for f in findings)
+
+
+def test_a_request_past_a_slots_share_of_the_context_is_refused_before_any_is_sent(llama_server):
+    """The fixture serves `-c 4096 --parallel 4`: llama-server gives each slot 4096 / 4 = 1024
+    tokens. A workload of 1000 + 100 tokens cannot fit one (every request would fail, as the
+    H200 lab's `--parallel 16` with `-c 8192` did); 900 + 100 can. Read from the real /slots."""
+    from benchmarks.engine.server_metrics import server_identity
+
+    async def check(prompt, output):
+        s = Session(Target(llama_server, "llamacpp"), Workload(prompt_tokens=prompt, output_tokens=output),
+                    loads=[Load(concurrency=1, requests=1)])
+        try:
+            identity = await server_identity(s.client, llama_server, "llamacpp")
+            return s.context_check(identity)
+        finally:
+            await s.close()
+    refused = asyncio.run(check(1000, 100))
+    assert not refused.ok and "1100 tokens" in refused.detail and "the 1024 tokens" in refused.detail
+    assert "--parallel" in refused.detail
+    assert asyncio.run(check(900, 100)).ok

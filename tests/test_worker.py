@@ -85,6 +85,26 @@ def test_a_dead_endpoint_ends_the_run_failed_with_the_cause(client, celery_worke
     assert "unreachable" in page and "Failed requests (6)" in page
 
 
+def test_a_workload_past_the_servers_context_is_refused_in_preflight_without_a_request(
+        client, simulator, celery_worker_process):
+    """A vLLM-like server with max_model_len 600 cannot hold 512 + 100 tokens: the run says so in
+    the preflight (the server's figure, the request's size, the flag to raise) and sends no
+    request, instead of 6 failures of the same 400; a server with room measures as usual."""
+    small = simulator(dialect="vllm", context=600, truth=True)
+    roomy = simulator(dialect="vllm", context=4096)
+    e, ok = endpoint(small.url, name="small-context"), endpoint(roomy.url, name="roomy")
+    run = wait_finished(submit(client, [e, ok], prompt_tokens=512, output_tokens=100, warmup_requests=1))
+    assert run.status == Run.PARTIAL
+    context = next(f for f in run.preflight[str(e.id)] if f["check"] == "context")
+    assert not context["ok"] and "612 tokens" in context["detail"] and "600 tokens" in context["detail"]
+    assert "--max-model-len" in context["detail"]
+    assert small.truth() == []  # not even a warmup was sent
+    errors = set(RequestRecord.objects.filter(level__endpoint=e).values_list("error", flat=True))
+    assert len(errors) == 1 and "preflight failed: context:" in errors.pop()
+    assert set(LevelResult.objects.filter(run=run, endpoint=ok).values_list("failed", flat=True)) == {0}
+    assert next(f for f in run.preflight[str(ok.id)] if f["check"] == "context")["ok"]
+
+
 def test_one_good_and_one_faulty_endpoint_make_a_partial_run(client, simulator, celery_worker_process):
     good = endpoint(simulator(decode_ms=2).url, name="good")
     bad = endpoint(simulator(decode_ms=2, fault="http500", fault_every=1).url, name="bad")

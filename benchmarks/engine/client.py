@@ -317,6 +317,22 @@ class Session:
                                        f"served; the server lists {ids}"))
         return pf
 
+    def context_check(self, identity: dict) -> Finding | None:
+        """Whether the longest request planned fits the context the server gives one request
+        (a llama.cpp slot's share of -c, vLLM's max_model_len); None when either is unknown
+        (the server does not say, or a dataset's lengths are known only once tokenized)."""
+        context = self.backend.context_per_request(identity)
+        dataset = self.workload.requests()
+        if context is None or dataset.source != "synthetic":
+            return None
+        longest = dataset.prompt_lengths.high + dataset.prefix_tokens + dataset.output_lengths.high
+        if longest <= context:
+            return Finding("context", True, f"the longest request ({longest} tokens) fits the {context} tokens "
+                                            f"the server gives each request")
+        return Finding("context", False, f"a request of up to {longest} tokens (prompt and output) does not fit the "
+                                         f"{context} tokens the server gives each request: every such request would "
+                                         f"fail{self.backend.context_hint}")
+
     # ---------------------------------------------------------------- prompts
     async def tokenize(self, text: str) -> list[int] | None:
         """Token ids of `text` without special tokens, from the server's own tokenizer (as its

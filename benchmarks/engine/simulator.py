@@ -92,6 +92,9 @@ class SimConfig:
     # A prefix cache of blocks of this many prompt tokens (0 = none): a prompt's leading whole
     # blocks seen before are not computed again (no prefill cost), as vLLM's automatic prefix caching.
     prefix_cache_block: int = 0
+    # The most tokens (prompt + max_tokens) one request may hold, as a server's context (a
+    # llama.cpp slot, vLLM's max_model_len): said in its identity, longer requests refused.
+    context: int = 4096
 
 
 class KnownModel:
@@ -270,7 +273,8 @@ class Simulator:
             return await self.respond(writer, 200, backend.sim_health(), close)
         if method == "GET" and path == "/v1/models":
             return await self.respond(writer, 200, {"object": "list", "data": [
-                {"id": cfg.model, "object": "model", "owned_by": "simulator"}]}, close)
+                {"id": cfg.model, "object": "model", "owned_by": "simulator", **backend.sim_model_card(cfg)}]},
+                close)
         if method == "GET" and path == "/metrics" and backend.sim_metrics:
             return await self.respond(writer, 200, backend.sim_exposition(self.figures(), cfg.model), close,
                                       "text/plain; version=0.0.4")
@@ -355,6 +359,11 @@ class Simulator:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
         n_prompt = len(prompt_ids) + self.backend.sim_bos_tokens + (8 if chat else 0)
+        if cfg.context and n_prompt + max_tokens > cfg.context:  # as vLLM words it
+            return await self.respond(writer, 400, {"error": {"type": "BadRequestError", "message": (
+                f"This model's maximum context length is {cfg.context} tokens. However, you requested "
+                f"{n_prompt + max_tokens} tokens ({n_prompt} in the messages, {max_tokens} in the completion).")}},
+                close)
         n_cached = self.prefix_cache_lookup(prompt_ids)
         n_out = max_tokens
         if cfg.eos_after and not (self.backend.sim_exact_length(req) and cfg.honor_ignore_eos):

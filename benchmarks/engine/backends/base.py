@@ -101,6 +101,13 @@ class Backend:
         defensively (a field of the wrong type is left out, never raised on)."""
         return {}
 
+    context_hint = ""  # how to give a request more context on this server, said when one does not fit
+
+    def context_per_request(self, identity: dict) -> int | None:
+        """The most tokens (prompt + output) one request may hold on this server, from its
+        identity; None when the server does not say."""
+        return None
+
     # ------------------------------------------------------------------ simulator dialect
     # How `engine.simulator` behaves when it speaks this backend (SimConfig.dialect = name).
     sim_bos_tokens = 0  # tokens the server adds to every prompt
@@ -109,6 +116,10 @@ class Backend:
     sim_metrics: tuple[str, ...] = ()  # figures its /metrics exports (none: no /metrics)
     sim_metric_labels = ""  # label set of every sample, formatted with model=
     sim_tokenize_paths: tuple[str, ...] = ()  # POST routes that tokenize
+
+    def sim_model_card(self, config) -> dict:
+        """Fields of its own in each /v1/models entry."""
+        return {}
 
     def sim_health(self):
         """The body of a healthy GET /health."""

@@ -60,6 +60,14 @@ class LlamaCpp(Backend):
             out["slots"] = {"count": len(slots), "n_ctx": n_ctx[0] if len(n_ctx) == 1 else n_ctx}
         return out
 
+    context_hint = " (llama-server shares -c across its --parallel slots: give -c at least slots × tokens per request)"
+
+    def context_per_request(self, identity: dict) -> int | None:
+        """A slot's context: `-c` is shared by the `--parallel` slots (n_ctx / slots each)."""
+        per_slot = (identity.get("slots") or {}).get("n_ctx")
+        per_slot = per_slot if isinstance(per_slot, int) else identity.get("n_ctx")
+        return per_slot if isinstance(per_slot, int) and per_slot > 0 else None
+
     # ------------------------------------------------------------------ simulator dialect
     sim_bos_tokens = 1
     sim_finish_in_last_token = False
@@ -72,8 +80,8 @@ class LlamaCpp(Backend):
     def sim_routes(self, config) -> dict[str, object]:
         return {
             "/props": {"total_slots": config.slots, "model_path": f"/models/{config.model}.gguf",
-                       "default_generation_settings": {"n_ctx": 4096}, "build_info": "simulator"},
-            "/slots": [{"id": i, "n_ctx": 4096, "is_processing": False} for i in range(config.slots)],
+                       "default_generation_settings": {"n_ctx": config.context}, "build_info": "simulator"},
+            "/slots": [{"id": i, "n_ctx": config.context, "is_processing": False} for i in range(config.slots)],
         }
 
     def sim_tokenize(self, request: dict, tokenize) -> dict:

@@ -50,6 +50,12 @@ class SGLang(Backend):
             out["server_info"] = {k: server[k] for k in SERVER_INFO_KEYS if k in server and k != "version"}
         return out
 
+    context_hint = " (raise --context-length)"
+
+    def context_per_request(self, identity: dict) -> int | None:
+        n = (identity.get("server_info") or {}).get("context_length")
+        return n if isinstance(n, int) and n > 0 else None
+
     # ------------------------------------------------------------------ simulator dialect
     sim_metrics = ("running", "waiting", "kv_cache_usage", "generation_tokens_total", "prompt_tokens_total",
                    "cached_prompt_tokens_total")
@@ -61,8 +67,8 @@ class SGLang(Backend):
                       "is_generation": True, "preferred_sampling_params": None, "weight_version": "default"}
         server_info = {"version": "0.0.0-simulator", "served_model_name": config.model,
                        "model_path": f"/models/{config.model}", "tp_size": 1, "dp_size": 1, "dtype": "auto",
-                       "quantization": None, "kv_cache_dtype": "auto", "context_length": 4096,
-                       "max_running_requests": config.slots, "max_total_num_tokens": 4096 * config.slots,
+                       "quantization": None, "kv_cache_dtype": "auto", "context_length": config.context,
+                       "max_running_requests": config.slots, "max_total_num_tokens": config.context * config.slots,
                        "disable_radix_cache": False, "log_level": "info", "random_seed": 0}
         return {"/get_model_info": model_info, "/model_info": model_info,
                 "/get_server_info": server_info, "/server_info": server_info}

@@ -48,8 +48,23 @@ class VLLM(Backend):
     }
 
     async def identity(self, get) -> dict:
+        out = {}
         version = await get("/version")
-        return {"version": version.get("version")} if isinstance(version, dict) else {}
+        if isinstance(version, dict):
+            out["version"] = version.get("version")
+        models = await get("/v1/models")  # each served model's max_model_len (--max-model-len)
+        data = models.get("data") if isinstance(models, dict) else None
+        lengths = sorted({m.get("max_model_len") for m in data or () if isinstance(m, dict)
+                          and isinstance(m.get("max_model_len"), int)})
+        if lengths:
+            out["max_model_len"] = lengths[0]
+        return out
+
+    context_hint = " (raise --max-model-len)"
+
+    def context_per_request(self, identity: dict) -> int | None:
+        n = identity.get("max_model_len")
+        return n if isinstance(n, int) and n > 0 else None
 
     # ------------------------------------------------------------------ simulator dialect
     sim_checks_model = True
@@ -57,6 +72,9 @@ class VLLM(Backend):
                    "cached_prompt_tokens_total", "prefix_cache_queries_total")
     sim_metric_labels = '{{model_name="{model}"}}'
     sim_tokenize_paths = ("/tokenize",)
+
+    def sim_model_card(self, config) -> dict:
+        return {"max_model_len": config.context}
 
     def sim_routes(self, config) -> dict[str, object]:
         return {"/version": {"version": "0.0.0-simulator"}}
