@@ -56,7 +56,9 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
                           "level_id": level.public_id})
     for row in rows:
         row["best"] = any(b[0].id == row["launch"].id for b in best.values())
+    health, first_token, memory = catalogue.LAUNCH_FIGURES  # the table's start-up heads, as defined there
     return {"rows": rows, "loads": loads, "figures": catalogue.SWEEP_TABLE, "best": best_rows,
+            "startup": {"health": health, "first_token": first_token, "memory": memory},
             "best_figure": best_figure, "unstarted": [r for r in rows if r["failed"]]}
 
 
