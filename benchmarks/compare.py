@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import io
 
-from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure
+from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure, shown
 from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
 
 FINGERPRINT_FIELDS = {
@@ -222,12 +222,6 @@ def startup_table(series: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------- quality
 SOURCE = {"measured": "measured here", "published": "published, not measured here",
           "imported": "imported, not measured here"}
-
-
-def shown(f: Figure, value: float | None) -> str:
-    """A value in the catalogue's unit and decimals; "—" when there is none."""
-    m = f.metric
-    return "—" if value is None else f"{value * m.scale:,.{m.digits}f}"
 
 
 def quality_table(entries: list[dict]) -> list[dict]:

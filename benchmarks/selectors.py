@@ -17,6 +17,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from benchmarks.engine.catalogue import METRICS, REQUEST_CSV, RESULTS_TABLE, Figure, definitions, figure
+from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
 from benchmarks.engine.datasets import histogram
 from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
@@ -266,17 +267,6 @@ def quality_problems(run: Run) -> list[tuple[str, str]]:
     return problems
 
 
-def _number(value: float, digits: int) -> str:
-    """A figure with the catalogue's decimals; past a million in powers of ten (a random-weight
-    model's perplexity can be 1e27), so that a table column keeps its width."""
-    return f"{value:.4g}" if abs(value) >= 1e6 else f"{value:,.{digits}f}"
-
-
-def _shown(f: Figure, value: float | None) -> str:
-    m = f.metric
-    return "—" if value is None else _number(value * m.scale, m.digits)
-
-
 def quality_section(run: Run, *, hide_addresses: bool = False) -> dict | None:
     """The run page's Quality section: per endpoint its figures as the catalogue formats them,
     what they were measured on (text, windows, method) and, against the reference, how the
@@ -299,10 +289,10 @@ def quality_section(run: Run, *, hide_addresses: bool = False) -> dict | None:
             parts = greedy.get("first_difference") or []
             method = QUALITY_METHODS.get(r.method, (r.method, r.method))
             entry.update(
-                cells=[{"key": f.key, "text": _shown(f, r.value(f.key))} for f in QUALITY_FIGURES
+                cells=[{"key": f.key, "text": catalogue_shown(f, r.value(f.key))} for f in QUALITY_FIGURES
                        if f.key != "perplexity"],
-                perplexity=f"{_number(r.perplexity, digits)} ± {_number(r.perplexity_stderr, digits)}",
-                reference_perplexity=(_number(ref["perplexity"], digits)
+                perplexity=f"{catalogue_number(r.perplexity, digits)} ± {catalogue_number(r.perplexity_stderr, digits)}",
+                reference_perplexity=(catalogue_number(ref["perplexity"], digits)
                                       if isinstance(ref.get("perplexity"), (int, float)) else ""),
                 method=method[0], method_words=method[1], windows=r.settings, comparison=ref, greedy=greedy,
                 # Where each continuation first parted from the reference's, counted from 1.

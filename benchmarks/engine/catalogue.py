@@ -179,6 +179,18 @@ class Figure:
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def number(value: float, digits: int) -> str:
+    """A figure with the catalogue's decimals; past a million in powers of ten (a random-weight
+    model's perplexity can be 1e27), so that a table column keeps its width."""
+    return f"{value:.4g}" if abs(value) >= 1e6 else f"{value:,.{digits}f}"
+
+
+def shown(f: Figure, value: float | None) -> str:
+    """A value in the catalogue's unit and decimals; "—" when there is none."""
+    m = f.metric
+    return "—" if value is None else number(value * m.scale, m.digits)
+
+
 def figure(name: str) -> Figure:
     """The figure with this identifier ("ttft_ms_p50", "aggregate_tok_s")."""
     if name in METRICS:
