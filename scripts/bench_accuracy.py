@@ -298,10 +298,10 @@ class TracedSession(Session):
         super().__init__(*a, **kw)
         self.prompt_of: dict[int, int] = {}
 
-    async def send(self, index, prompt, max_tokens, t0, scheduled=None, prompt_tokens_asked=None):
+    async def send(self, index, prompt, max_tokens, t0, scheduled=None, prompt_tokens_asked=None, **more):
         if index >= 0:
             self.prompt_of[index] = prompt_key(prompt)
-        return await super().send(index, prompt, max_tokens, t0, scheduled, prompt_tokens_asked)
+        return await super().send(index, prompt, max_tokens, t0, scheduled, prompt_tokens_asked, **more)
 
 
 async def _run_ours(url: str, streams: int, n: int, prompt_tokens: int, output_tokens: int):

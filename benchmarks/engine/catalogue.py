@@ -36,7 +36,7 @@ class Metric:
     phrase: str = ""  # a comparison's verb: "{winner} decodes {ratio} faster than {loser}" ({ratio}: "1.75×";
     # a quality figure's: its difference from the winner's, "2.1 %", or in points for a share)
     quoted: str = ""  # how a sentence quotes a value: "56.0 tok/s per stream"
-    needs: str = ""  # the run page shows it only for runs with this: "chat" (reasoning) or "slo"
+    needs: str = ""  # the run page shows it only for runs with this: "chat" (reasoning), "slo" or "schedule" (rate mode)
     source: str = "requests"  # computed from: "requests" (the client), "gpu" (NVML), "quality" or "launch"
     # ("launch": a server the lab started from a recipe, engine/launcher.py's LaunchReport)
 
@@ -55,6 +55,14 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
            LOWER, DISTRIBUTION, 2),
     Metric("e2e_ms", "E2E latency", "End-to-end latency", "ms",
            "Request sent until the last content chunk.", LOWER, DISTRIBUTION, 0),
+    Metric("ttft_from_schedule_ms", "TTFT from schedule", "Time to first token from the scheduled send", "ms",
+           "Rate mode: when the request was due to leave (its place in the arrival schedule) until the first "
+           "content chunk. Beside TTFT it shows the time a request waited in the client (behind the cap on "
+           "requests in flight, or a client that fell behind) that TTFT from the actual send hides (coordinated "
+           "omission).", LOWER, DISTRIBUTION, 1, needs="schedule"),
+    Metric("e2e_from_schedule_ms", "E2E from schedule", "End-to-end latency from the scheduled send", "ms",
+           "Rate mode: when the request was due to leave until its last content chunk.", LOWER, DISTRIBUTION, 0,
+           needs="schedule"),
     Metric("itl_ms", "ITL", "Inter-token latency", "ms",
            "Gaps between content chunks (a chunk can carry several tokens).", LOWER, DISTRIBUTION, 2),
     Metric("itl_per_token_ms", "ITL per token", "Inter-token latency per token", "ms",
@@ -221,7 +229,8 @@ class Column:
 # The run page's results table, one column (group) per entry.
 RESULTS_TABLE = (
     Column("ttft_ms", ("p50", "p90", "p99")), Column("tpot_ms", ("p50", "p90", "p99")),
-    Column("e2e_ms", ("p50", "p90", "p99")), Column("answer_ms", ("p50",)),
+    Column("e2e_ms", ("p50", "p90", "p99")), Column("ttft_from_schedule_ms", ("p50", "p99")),
+    Column("e2e_from_schedule_ms", ("p99",)), Column("answer_ms", ("p50",)),
     Column("decode_tok_s", ("p50",)), Column("aggregate_tok_s"), Column("prefill_tok_s", ("p50",)),
     Column("server_decode_tok_s", ("p50",)), Column("goodput"), Column("goodput_ratio"),
 )
@@ -244,7 +253,7 @@ DISTRIBUTION_CHARTS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 ADVISOR_FIGURES = (Figure("ttft_ms", "p50"), Figure("ttft_ms", "p90"), Figure("tpot_ms", "p50"),
                    Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("peak_memory_gib"))
 # The requests CSV: each request's value of these per-request metrics, after its stored fields.
-REQUEST_CSV = ("ttft_ms", "tpot_ms", "e2e_ms", "server_decode_tok_s")
+REQUEST_CSV = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms", "server_decode_tok_s")
 # A comparison's start-up table (series served by servers the lab started) and the decision page's
 # measured start-up: per launch, not per level.
 LAUNCH_FIGURES = (Figure("health_s"), Figure("first_token_s"), Figure("memory_loaded_gib"))

@@ -14,6 +14,7 @@ import contextlib
 import gc
 import os
 import importlib.util
+import math
 import random
 import sys
 import time
@@ -31,6 +32,8 @@ if importlib.util.find_spec("sniffio") is None:
 
 from . import backends
 from .addresses import AddressPolicy
+from .arrivals import Trace, block_tokens, send_times
+from .conversations import Conversation
 from .datasets import Dataset, DatasetError, Lengths, RequestPlan, sharegpt_entries
 from .metrics import RequestResult, level_wall_time, percentile
 from .stream import StreamError, parse_chunk, sse_data
@@ -176,22 +179,37 @@ OPEN_LOOP_MAX_IN_FLIGHT = 256
 
 @dataclass
 class Load:
-    """One load level, the only description of one: a closed loop of `concurrency` streams,
-    or an open loop at `rate` requests/s (poisson or constant arrivals, optionally capped at
-    `concurrency` in flight). Bounded by `requests` or by `duration_s` (whichever comes first
-    when both are given)."""
+    """One load level, the only description of one: a closed loop of `concurrency` streams
+    (each one a run of multi-turn sessions with a `conversation`), or an open loop at `rate`
+    requests/s (arrivals.KINDS: poisson, constant, gamma with `burstiness`, a ramp from `rate`
+    to `ramp_to`, or a `trace` replayed at `speedup`, whose mean rate is then `rate`; optionally
+    capped at `concurrency` in flight). Bounded by `requests` or by `duration_s` (whichever
+    comes first when both are given)."""
 
     concurrency: int = 1
     rate: float | None = None
     arrivals: str = "poisson"
     requests: int | None = None
     duration_s: float | None = None
+    burstiness: float = 1.0
+    ramp_to: float | None = None
+    trace: Trace | None = None
+    speedup: float = 1.0
+    conversation: Conversation | None = None
 
     @property
     def label(self) -> str:
         if self.rate is None:
+            if self.conversation is not None:
+                return f"{self.concurrency} concurrent {self.conversation.turns}-turn conversations"
             return f"{self.concurrency} concurrent"
         cap = f", at most {self.concurrency} in flight" if self.concurrency else ""
+        if self.arrivals == "trace":
+            return f"trace ×{self.speedup:g} ({self.rate:.3g} req/s mean){cap}"
+        if self.arrivals == "ramp":
+            return f"ramp {self.rate:g} → {self.ramp_to:g} req/s{cap}"
+        if self.arrivals == "gamma":
+            return f"{self.rate:g} req/s gamma (burstiness {self.burstiness:g}){cap}"
         return f"{self.rate:g} req/s {self.arrivals}{cap}"
 
     @property
@@ -445,11 +463,16 @@ class Session:
             self.entry_offset = result.prompt_tokens - len(self.entry_ids[first.entry_index]) - (
                 dataset.prefix_tokens if first.shared_prefix else 0)
 
-    def request(self, i: int) -> tuple[list[int] | str, int, int]:
+    def request(self, i: int, trace: Trace | None = None, with_prefix: bool = True
+                ) -> tuple[list[int] | str, int, int]:
         """Request i of a level: its prompt, the prompt tokens the server should count and the
-        output length it is forced to."""
+        output length it is forced to. With a `trace`, its request i's lengths (and Mooncake
+        prefix blocks); `with_prefix` False leaves the shared prefix out (a conversation's later
+        turns: their history starts with it already)."""
+        if trace is not None:
+            return self.trace_request(trace.requests[i])
         planned = self.plan.at(i)
-        prefix_tokens = self.plan.dataset.prefix_tokens if planned.shared_prefix else 0
+        prefix_tokens = self.plan.dataset.prefix_tokens if planned.shared_prefix and with_prefix else 0
         if planned.entry is None:
             body, asked, output = self.prompts.make(planned.prompt_tokens), planned.prompt_tokens, planned.output_tokens
         else:
@@ -463,7 +486,19 @@ class Session:
             return self.prefix + body, asked + prefix_tokens, output
         return f"{self.prefix}\n\n{body}", asked + prefix_tokens, output
 
-    def body(self, prompt: list[int] | str, max_tokens: int) -> dict:
+    def trace_request(self, req) -> tuple[list[int] | str, int, int]:
+        """A trace's request: random tokens of its input length, its Mooncake hash ids' blocks
+        first (the same tokens for the same id, so that the server can cache what they share)."""
+        pool = self.prompts.pool
+        if not (req.hash_ids and pool):
+            return self.prompts.make(req.input_tokens), req.input_tokens, req.output_tokens
+        n = max(1, req.input_tokens - self.prompts.offset)
+        ids = [t for h in req.hash_ids for t in block_tokens(pool, self.plan.base, h)][:n]
+        if len(ids) < n:
+            ids += self.rng.choices(pool, k=n - len(ids))
+        return ids, req.input_tokens, req.output_tokens
+
+    def body(self, prompt: list[int] | str, max_tokens: int, messages: list[dict] | None = None) -> dict:
         body = {
             "model": self.target.model,
             "max_tokens": max_tokens,
@@ -471,26 +506,33 @@ class Session:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if self.workload.api == "chat":
+        if messages is not None:
+            body["messages"] = messages
+        elif self.workload.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
         body.update(self.backend.request_extras(max_tokens))
-        if self.plan.dataset.shares_prefix:  # the point of a shared prefix is the server's prompt cache
+        # The point of a shared prefix, and of a conversation's history, is the server's prompt cache.
+        if self.plan.dataset.shares_prefix or messages is not None:
             body.update(self.backend.prompt_cache_fields)
         return body
 
     # ---------------------------------------------------------------- one request
     async def send(self, index: int, prompt: list[int] | str, max_tokens: int, t0: float,
-                   scheduled: float | None = None, prompt_tokens_asked: int | None = None) -> RequestResult:
+                   scheduled: float | None = None, prompt_tokens_asked: int | None = None,
+                   messages: list[dict] | None = None, turn: int | None = None,
+                   conversation: int | None = None) -> RequestResult:
         """Send one streaming request and time every chunk. Never raises for server faults:
-        they end up in `result.error` with their cause."""
+        they end up in `result.error` with their cause. `messages` (a conversation's turn: its
+        history and new message, to the chat API) keep the reply's text in `result.reply`."""
         asked = self.workload.prompt_tokens if prompt_tokens_asked is None else prompt_tokens_asked
         result = RequestResult(index=index, sent=0.0, prompt_tokens_asked=asked,
                                output_tokens_asked=max_tokens, scheduled=scheduled,
-                               prompt_tokens_sent=self.prompts.sent_tokens(prompt))
-        path = "/v1/chat/completions" if self.workload.api == "chat" else "/v1/completions"
-        body = self.body(prompt, max_tokens)
+                               prompt_tokens_sent=self.prompts.sent_tokens(prompt), turn=turn,
+                               conversation=conversation, reply=[] if messages is not None else None)
+        path = "/v1/chat/completions" if self.workload.api == "chat" or messages is not None else "/v1/completions"
+        body = self.body(prompt, max_tokens, messages)
         for attempt in (1, 2):
             got_bytes = False
             called = time.perf_counter()
@@ -559,6 +601,8 @@ class Session:
                 await _drain(events)
                 break
             if chunk.is_content:
+                if result.reply is not None and not chunk.reasoning:
+                    result.reply.append(chunk.content)
                 if result.first_content is None:
                     result.first_content = now - sent
                 if not chunk.reasoning and result.first_answer is None:
@@ -625,7 +669,8 @@ class Session:
     @staticmethod
     def streams_for(load: Load) -> int:
         """Connections a level needs open before it starts."""
-        return load.concurrency if load.rate is None else (load.concurrency or min(256, max(4, int(load.rate * 2))))
+        fastest = max(load.rate or 0, load.ramp_to or 0)
+        return load.concurrency if load.rate is None else (load.concurrency or min(256, max(4, int(fastest * 2))))
 
     async def measure(self, load: Load, progress: ProgressCallback | None = None,
                       should_stop: Callable[[], bool] | None = None, open_pool: bool = True) -> LevelOutcome:
@@ -651,7 +696,8 @@ class Session:
             if progress is not None and not await progress(result):
                 stop.set()
 
-        mode = self._closed_loop if load.rate is None else self._open_loop
+        mode = self._open_loop if load.rate is not None else (
+            self._conversations if load.conversation is not None else self._closed_loop)
         work = asyncio.ensure_future(mode(load, t0, deadline, record, stop))
         try:
             with _measuring_interpreter():
@@ -688,29 +734,64 @@ class Session:
 
         await asyncio.gather(*(stream() for _ in range(load.concurrency)))
 
+    async def _conversations(self, load: Load, t0: float, deadline: float | None, record, stop) -> None:
+        """Each stream holds one multi-turn session after another: turn k sends the session's
+        history (its earlier user messages and the server's actual replies) and a new user
+        message, after a think time. Request i is turn i % turns of session i // turns. A turn
+        whose reply failed ends its session (its history would be wrong)."""
+        conversation = load.conversation
+        turns = conversation.turns
+        limit = load.requests if load.requests is not None else 10**9
+        sessions = iter(range(math.ceil(limit / turns)))
+
+        def over() -> bool:
+            return stop.is_set() or bool(deadline and time.perf_counter() >= deadline)
+
+        async def stream() -> None:
+            for s in sessions:
+                history: list[dict] = []
+                before = None  # the previous turn's result
+                for k in range(turns):
+                    i = s * turns + k
+                    if i >= limit or over():
+                        break
+                    if k:
+                        think = conversation.think_time(self.plan.base, s, k)
+                        if deadline:
+                            think = min(think, max(0.0, deadline - time.perf_counter()))
+                        await asyncio.sleep(think)
+                        if over():
+                            return
+                    prompt, asked, output = self.request(i, with_prefix=k == 0)
+                    if before is not None:
+                        # The history as the server counted it last turn, and the reply it gave;
+                        # the chat template's tokens per message come on top.
+                        asked += (before.prompt_tokens or 0) + (before.output_tokens or before.client_output_tokens)
+                    messages = history + [{"role": "user", "content": prompt}]
+                    result = await self.send(i, prompt, output, t0, prompt_tokens_asked=asked, messages=messages,
+                                             turn=k, conversation=s)
+                    await record(result)
+                    if not result.ok:
+                        break
+                    history = messages + [{"role": "assistant", "content": "".join(result.reply or ())}]
+                    before = result
+
+        await asyncio.gather(*(stream() for _ in range(load.concurrency)))
+
     def schedule(self, load: Load) -> list[float]:
-        """Send times (seconds after t0) for an open loop."""
-        times, t, i = [], 0.0, 0
-        limit = load.requests if load.requests is not None else 10**7
-        while i < limit:
-            if load.arrivals == "constant":
-                t = i / load.rate
-            elif i:
-                t += self.rng.expovariate(load.rate)
-            if load.duration_s is not None and t >= load.duration_s:
-                break
-            times.append(t)
-            i += 1
-        return times
+        """Send times (seconds after t0) for an open loop (engine/arrivals.py)."""
+        return send_times(load.arrivals, load.rate, load.requests, self.rng, burstiness=load.burstiness,
+                          ramp_to=load.ramp_to, duration_s=load.duration_s, trace=load.trace, speedup=load.speedup)
 
     async def _open_loop(self, load: Load, t0: float, deadline: float | None, record, stop) -> None:
         """Requests leave on a schedule, whatever the server's pace; an optional cap bounds
         how many are in flight (then waiting for a free place counts as send lag)."""
         cap = asyncio.Semaphore(load.concurrency) if load.concurrency else None
-        prompts_ready = [self.request(i) for i in range(min(64, load.requests or 64))]
+        times = self.schedule(load)
+        prompts_ready = [self.request(i, load.trace) for i in range(min(64, len(times)))]
 
         async def one(i: int, at: float) -> None:
-            prompt, asked, output = prompts_ready[i] if i < len(prompts_ready) else self.request(i)
+            prompt, asked, output = prompts_ready[i] if i < len(prompts_ready) else self.request(i, load.trace)
             delay = t0 + at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -725,7 +806,7 @@ class Session:
                     result = await self.send(i, prompt, output, t0, scheduled=at, prompt_tokens_asked=asked)
             await record(result)
 
-        await asyncio.gather(*(one(i, at) for i, at in enumerate(self.schedule(load))))
+        await asyncio.gather(*(one(i, at) for i, at in enumerate(times)))
 
     def failed_level(self, concurrency: int, n_requests: int, cause: str, kind: str) -> LevelOutcome:
         """A level that could not be measured (preflight failed): every request failed with

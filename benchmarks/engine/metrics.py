@@ -101,6 +101,9 @@ class RequestResult:
     error: str = ""  # empty when the request succeeded
     error_kind: str = ""  # short class: connect, timeout, http, protocol, server, preflight
     dispatch_delay: float = 0.0  # seconds between asking the HTTP client and the first byte sent
+    turn: int | None = None  # a conversation's turn (0 = its first), None outside conversations
+    conversation: int | None = None  # which conversation of the level
+    reply: list[str] | None = None  # a conversation turn's reply text, for the next turn's history (not stored)
 
     @property
     def ok(self) -> bool:
@@ -114,6 +117,16 @@ class RequestResult:
     @property
     def ttft(self) -> float | None:
         return self.first_content
+
+    @property
+    def ttft_from_schedule(self) -> float | None:
+        """Open loop: TTFT counted from when the request was due, not when it left: the time it
+        waited in the client (behind a cap, or a client that fell behind) included."""
+        return None if self.scheduled is None or self.ttft is None else self.sent - self.scheduled + self.ttft
+
+    @property
+    def e2e_from_schedule(self) -> float | None:
+        return None if self.scheduled is None or self.e2e is None else self.sent - self.scheduled + self.e2e
 
     @property
     def e2e(self) -> float | None:
@@ -144,6 +157,11 @@ class RequestResult:
 
     @property
     def prompt_drift(self) -> bool:
+        """The server counted another prompt length than asked. A conversation's later turns are
+        left out: their history carries the chat template's tokens per message, which the client
+        cannot count before the server does."""
+        if self.turn:
+            return False
         return self.ok and self.prompt_tokens is not None and self.prompt_tokens != self.prompt_tokens_asked
 
     def meets(self, slo: dict | None) -> bool:
@@ -174,6 +192,7 @@ class RequestResult:
             "output_tokens_asked": self.output_tokens_asked,
             "dispatch_delay": self.dispatch_delay, "first_answer": self.first_answer,
             "reasoning_chunks": self.reasoning_chunks, "scheduled": self.scheduled,
+            "turn": self.turn, "conversation": self.conversation,
         }
 
 
@@ -192,6 +211,8 @@ PER_REQUEST: dict[str, Callable[[RequestResult], float | None]] = {
     "ttft_ms": lambda r: _ms(r.ttft),
     "tpot_ms": lambda r: _ms(r.tpot),
     "e2e_ms": lambda r: _ms(r.e2e),
+    "ttft_from_schedule_ms": lambda r: _ms(r.ttft_from_schedule),
+    "e2e_from_schedule_ms": lambda r: _ms(r.e2e_from_schedule),
     "answer_ms": lambda r: _ms(r.first_answer),
     "decode_tok_s": lambda r: 1.0 / r.tpot if r.tpot else None,
     "prefill_tok_s": lambda r: r.prompt_tokens / r.ttft if r.prompt_tokens and r.ttft else None,
@@ -304,6 +325,15 @@ def summarize_level(results: Sequence[RequestResult], wall_s: float, slo: dict |
         client_output_tokens=sum(r.client_output_tokens for r in ok),
         output_tokens=output_tokens, prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
         good_requests=good, wall_s=wall_s, slo=dict(slo or {}), values=values)
+
+
+def ttft_by_turn(results: Sequence[RequestResult]) -> dict[int, Distribution]:
+    """A conversation level's TTFT (ms) over its completed requests, per turn (0 = the first)."""
+    turns: dict[int, list[float]] = {}
+    for r in results:
+        if r.ok and r.turn is not None:
+            turns.setdefault(r.turn, []).append(request_value("ttft_ms", r))
+    return {turn: distribution(values) for turn, values in sorted(turns.items())}
 
 
 def level_wall_time(results: Sequence[RequestResult]) -> float:

@@ -18,7 +18,8 @@ when each chunk was written (GET /_truth): per request `received` (its body full
 simulator), `arrived` (when the bytes that completed it reached the socket: the kernel's
 receive time, so the simulator's own scheduling delay does not move it; None where the
 system gives no such time), `id` (the X-Request-Id header, if any), `prompt` (`prompt_key` of the prompt, to match a
-client's request by content), `start` (a slot was free), `due` and `step` (chunk k was due at
+client's request by content), `prompt_tokens` (as its usage counts them), `messages` (a chat
+request's [role, tokens] per message), `start` (a slot was free), `due` and `step` (chunk k was due at
 `due + k * step`: the schedule) and `chunks` (when each chunk was handed to the socket).
 
 Faults for tests (`fault`, applied to every `fault_every`-th request): http500, reset (the
@@ -374,7 +375,10 @@ class Simulator:
             return await self.respond(writer, 500, {"error": {"message": "simulated internal error"}}, close)
         truth = {"received": received, "arrived": getattr(writer, "arrived", None),
                  "id": (headers or {}).get("x-request-id"), "prompt": prompt_key(prompt),
-                 "chunks": []} if cfg.truth else None
+                 "prompt_tokens": n_prompt, "chunks": [],
+                 # A chat request's messages: each one's role and its length in the simulator's tokens.
+                 "messages": [[m.get("role"), len(count_tokens(str(m.get("content", ""))))] for m in req["messages"]]
+                 if chat else None} if cfg.truth else None
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                      b"Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n" +
                      (b"Connection: close\r\n\r\n" if close else b"Connection: keep-alive\r\n\r\n"))

@@ -15,6 +15,9 @@ THRESHOLDS = {
     "gpu_temperature_c": 85,  # V100 slows down from ~83-87 °C
     "loop_lag_ms": 5.0,  # event-loop ticks late by more than this (p99) → timings late too
     "send_lag_ms": 10.0,  # open loop: requests left this much later than scheduled (p99)
+    # Open loop: TTFT counted from the scheduled send differs materially from TTFT counted from the
+    # actual send when, at p50 or p99, it is longer by both this share and this many ms.
+    "schedule_gap": {"share": 0.10, "ms": 10.0},
     "client_cpu_percent": 90.0,  # the client used nearly a whole core
     "host_load_per_cpu": 1.0,  # more runnable tasks than CPUs (1-minute load average)
     "host_cpu_busy_percent": 90.0,  # the host's CPUs, all of them, nearly always busy
@@ -66,6 +69,7 @@ def level_flags(summary: LevelSummary, *, client: dict | None = None, gpu: GpuSu
                                               "schedule (p99): the client could not keep the rate."))
     if (client.get("cpu_percent") or 0) > t["client_cpu_percent"]:
         flags.append(Flag("client_saturated", f"The client used {client['cpu_percent']:.0f} % of a CPU core."))
+    flags += schedule_flags(summary)
     flags += host_flags(client)
     if server_idle_at_start is False:
         flags.append(Flag("server_busy", "The server was already processing requests when the level "
@@ -82,6 +86,24 @@ def level_flags(summary: LevelSummary, *, client: dict | None = None, gpu: GpuSu
         flags.append(Flag("hot", f"The GPU reached {gpu.max_temperature_c} °C "
                                  f"(over {t['gpu_temperature_c']} °C)."))
     return flags
+
+
+def schedule_flags(summary: LevelSummary) -> list[Flag]:
+    """Coordinated omission: requests that waited in the client before they left (behind the cap
+    on requests in flight, or a client that fell behind the schedule) have a TTFT from their
+    actual send that hides the wait; the figures from the scheduled send show it."""
+    gap = THRESHOLDS["schedule_gap"]
+    for stat in ("p99", "p50"):
+        actual, scheduled = summary.stat("ttft_ms", stat), summary.stat("ttft_from_schedule_ms", stat)
+        if actual is None or scheduled is None:
+            continue
+        if scheduled - actual > gap["ms"] and scheduled > actual * (1 + gap["share"]):
+            return [Flag("coordinated_omission", (
+                f"TTFT {stat} is {scheduled:.0f} ms from the scheduled send but {actual:.0f} ms from the actual "
+                f"one: requests waited in the client before they left (the cap on requests in flight, or a "
+                f"client that fell behind), a wait the actual-send figures hide. Read the from-schedule "
+                f"figures (flagged beyond {gap['share']:.0%} and {gap['ms']:g} ms)."))]
+    return []
 
 
 def host_flags(client: dict) -> list[Flag]:
