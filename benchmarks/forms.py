@@ -5,7 +5,9 @@ from django import forms
 from django.conf import settings
 
 from benchmarks import selectors
+from benchmarks.engine import arrivals as arrival_engine  # `arrivals` is the run's field
 from benchmarks.engine import backends, datasets
+from benchmarks.engine.conversations import MAX_TURNS, THINK_KINDS, Conversation
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
 from benchmarks.engine.launcher import format_value
@@ -82,9 +84,37 @@ class RunForm(forms.Form):
                                          help_text="Concurrency sweep: comma-separated, e.g. 1,8,16.")
     request_rates = TextField(required=False, label="Request rates", max_length=500,
                                     help_text="Request rate mode: requests per second, e.g. 0.5,1,2.")
-    arrivals = forms.ChoiceField(choices=Run.ARRIVALS, initial="poisson")
+    arrivals = forms.ChoiceField(choices=Run.ARRIVALS, initial="poisson",
+                                 help_text="Gamma: bursts as vllm bench serve's --burstiness; ramp: the rate rises "
+                                           "linearly over each level's requests; trace: the times and lengths of "
+                                           "a recorded trace.")
+    burstiness = forms.FloatField(required=False, initial=1.0, min_value=arrival_engine.BURSTINESS_RANGE[0],
+                                  max_value=arrival_engine.BURSTINESS_RANGE[1], label="Burstiness",
+                                  help_text="The gamma shape of the gaps between requests (their mean stays 1 ÷ rate; "
+                                            "their coefficient of variation is 1 ÷ √burstiness): 1 is Poisson, "
+                                            "below 1 burstier, above 1 more even.")
+    ramp_to = forms.FloatField(required=False, label="Ramp to (req/s)",
+                               help_text="The rate each level ends at; it starts at its rate above (request i of N "
+                                         "at start + (end − start) × i ÷ (N − 1), as vllm bench serve's linear ramp-up).")
+    trace_file = forms.FileField(required=False, label="Trace file",
+                                 help_text='Mooncake JSONL ({"timestamp": ms, "input_length": …, "output_length": …, '
+                                           '"hash_ids": [...]} per line) or BurstGPT CSV (Timestamp in s, Request '
+                                           "tokens, Response tokens); each request sent at its time with its lengths, "
+                                           "at most the requests per level below.")
+    trace_speedups = TextField(required=False, initial="1", max_length=200, label="Speed-ups",
+                               help_text="One level per speed-up, e.g. 1,2: the trace's times divided by it.")
     max_concurrency = forms.IntegerField(required=False, min_value=0, label="Concurrency cap",
                                          help_text="Request rate mode: most requests in flight (blank = no cap).")
+    conversation_turns = forms.IntegerField(required=False, initial=3, min_value=2, max_value=MAX_TURNS,
+                                            label="Turns per conversation",
+                                            help_text="Each turn sends the history (earlier messages and the "
+                                                      "server's actual replies) and a new message; the levels above "
+                                                      "are concurrent conversations, the requests per level count "
+                                                      "turns. Prompt caching stays on.")
+    think_time_s = forms.FloatField(required=False, initial=0.0, min_value=0.0, max_value=600.0,
+                                    label="Think time (s)", help_text="Between a reply and the next turn.")
+    think_time = forms.ChoiceField(choices=[("fixed", "fixed"), ("exponential", "exponential, of that mean (seeded)")],
+                                   initial="fixed", required=False, label="Think time drawn")
     requests_per_level = forms.IntegerField(initial=16, min_value=1,
                                             help_text="Requests measured per level (an upper bound with a duration).")
     duration_s = forms.FloatField(required=False, min_value=1, max_value=86400, label="Duration per level (s)",
@@ -150,8 +180,16 @@ class RunForm(forms.Form):
                                         max_value=QUALITY_WINDOWS[1], label="Quality windows",
                                         help_text="llama-perplexity's --chunks: at most this many windows of the text.")
 
-    # The fields of each load mode: the form shows only the chosen mode's (static/js/run_form.js).
-    LOAD_MODE_FIELDS = {"concurrency": ("concurrency_levels",), "rate": ("request_rates", "arrivals", "max_concurrency")}
+    # The fields of each load mode: the form shows only the chosen mode's (static/js/run_form.js),
+    # and of the arrivals, only those of the chosen kind.
+    LOAD_MODE_FIELDS = {"concurrency": ("concurrency_levels",),
+                        "rate": ("request_rates", "arrivals", "burstiness", "ramp_to", "trace_file", "trace_speedups",
+                                 "max_concurrency"),
+                        "conversation": ("concurrency_levels", "conversation_turns", "think_time_s", "think_time")}
+    ARRIVAL_FIELDS = {"request_rates": ("poisson", "constant", "gamma", "ramp"), "burstiness": ("gamma", "ramp"),
+                      "ramp_to": ("ramp",), "trace_file": ("trace",), "trace_speedups": ("trace",)}
+    PATTERN_FIELDS = ("burstiness", "ramp_to", "trace_file", "trace_speedups", "conversation_turns", "think_time_s",
+                      "think_time")
 
     def __init__(self, *args, upload_refused: str = "", **kwargs):
         """`upload_refused`: why the upload handler stopped receiving the file (uploads.py)."""
@@ -159,7 +197,13 @@ class RunForm(forms.Form):
         self.upload_refused = upload_refused
         for mode, names in self.LOAD_MODE_FIELDS.items():
             for name in names:
-                self.fields[name].load_mode = mode
+                field = self.fields[name]
+                field.load_modes = getattr(field, "load_modes", ()) + (mode,)
+                field.load_mode = " ".join(field.load_modes)
+        for name, kinds in self.ARRIVAL_FIELDS.items():
+            self.fields[name].arrival_kinds = " ".join(kinds)
+        self.fields["trace_file"].help_text += f" At most {settings.MAX_DATASET_MIB} MiB and " \
+                                               f"{arrival_engine.MAX_TRACE_REQUESTS:,} requests."
         self.fields["endpoints"].queryset = selectors.endpoints_for_runs()
         self.fields["quality_reference"].queryset = selectors.endpoints_for_runs()
         self.fields["quality_text"].queryset = selectors.evaluation_texts()
@@ -266,8 +310,99 @@ class RunForm(forms.Form):
         return value if value in self.LOAD_MODE_FIELDS else "concurrency"
 
     @property
+    def arrivals_value(self) -> str:
+        value = self["arrivals"].value()
+        return value if value in dict(Run.ARRIVALS) else "poisson"
+
+    def field_hidden(self, field) -> bool:
+        """A field of another load mode, or of other arrivals, is not shown (static/js/run_form.js
+        shows it when its mode is chosen)."""
+        modes = getattr(field.field, "load_modes", None)
+        if modes and self.load_mode_value not in modes:
+            return True
+        kinds = getattr(field.field, "arrival_kinds", "")
+        return bool(kinds) and self.load_mode_value == "rate" and self.arrivals_value not in kinds.split()
+
+    def clean_trace_file(self) -> "arrival_engine.Trace | None":
+        """The uploaded trace: UTF-8, within MAX_DATASET_MIB, every line a request (the first bad one named)."""
+        f = self.cleaned_data.get("trace_file")
+        if not f:
+            return None
+        text = _utf8_upload(f, settings.MAX_DATASET_MIB, "a trace")
+        try:
+            return arrival_engine.parse_trace(text, f.name[:200], max_tokens=settings.MAX_TOKENS)
+        except arrival_engine.TraceError as exc:
+            raise forms.ValidationError(f"{f.name}: {exc}") from None
+
+    def clean_trace_speedups(self) -> list[float]:
+        speedups = []
+        low, high = arrival_engine.SPEEDUP_RANGE
+        for part in _parts(self.cleaned_data.get("trace_speedups") or ""):
+            if not _ASCII_NUMBER.fullmatch(part):
+                raise forms.ValidationError(f"{part!r} is not a number (e.g. 1 or 2.5).")
+            value = float(part)
+            if not low <= value <= high:
+                raise forms.ValidationError(f"A speed-up is from {low:g} to {high:g}; {part} is not.")
+            if value in speedups:
+                raise forms.ValidationError(f"{part} is listed twice: give each speed-up once.")
+            speedups.append(value)
+        if len(speedups) > 20:
+            raise forms.ValidationError("At most 20 speed-ups per run.")
+        return sorted(speedups)
+
+    def clean_ramp_to(self) -> float | None:
+        value = self.cleaned_data.get("ramp_to")
+        if value is not None and not settings.MIN_REQUEST_RATE <= value <= settings.MAX_REQUEST_RATE:
+            raise forms.ValidationError(f"A rate from {settings.MIN_REQUEST_RATE:g} to {settings.MAX_REQUEST_RATE:g} "
+                                        "per second.")
+        return value
+
+    def _clean_pattern(self, data) -> None:
+        """`arrival_pattern` (rate mode) and `conversation` (conversation mode) from their fields,
+        which are dropped; the errors of fields the chosen mode does not show are dropped too."""
+        mode, kind = data.get("load_mode"), data.get("arrivals") or "poisson"
+        values = {name: data.pop(name, None) for name in self.PATTERN_FIELDS}
+        shown = {name for name in self.PATTERN_FIELDS + ("request_rates",) if self._shows(name, mode, kind)}
+        for name in set(self.PATTERN_FIELDS + ("request_rates",)) - shown:
+            self._errors.pop(name, None)
+        data["arrival_pattern"] = data["conversation"] = None
+        if mode == "rate":
+            burstiness = values["burstiness"] or 1.0
+            if kind == "trace":
+                data["request_rates"] = []
+                if values["trace_file"] is None and "trace_file" not in self.errors:
+                    self.add_error("trace_file", "Upload the trace file (Mooncake JSONL or BurstGPT CSV), or choose "
+                                                 "other arrivals.")
+                if not values["trace_speedups"] and "trace_speedups" not in self.errors:
+                    self.add_error("trace_speedups", "Give at least one speed-up, e.g. 1.")
+                data["arrival_pattern"] = arrival_engine.ArrivalPattern(
+                    "trace", trace=values["trace_file"], speedups=tuple(values["trace_speedups"] or (1.0,)))
+                return
+            if kind == "ramp" and values["ramp_to"] is None and "ramp_to" not in self.errors:
+                self.add_error("ramp_to", "Give the rate the ramp ends at, e.g. 10.")
+            data["arrival_pattern"] = arrival_engine.ArrivalPattern(kind, burstiness=burstiness,
+                                                                    ramp_to=values["ramp_to"])
+        elif mode == "conversation":
+            if data.get("api") != "chat" and "api" not in self.errors:
+                self.add_error("api", "Conversations send their history as chat messages: choose "
+                                      "/v1/chat/completions.")
+            data["conversation"] = Conversation(turns=values["conversation_turns"] or 3,
+                                                think_s=values["think_time_s"] or 0.0,
+                                                think=values["think_time"] or "fixed")
+
+    def _shows(self, name: str, mode, kind) -> bool:
+        field = self.fields[name]
+        if mode not in getattr(field, "load_modes", ()):
+            return False
+        kinds = getattr(field, "arrival_kinds", "")
+        return not kinds or kind in kinds.split()
+
+    @property
     def workload_fields(self):
-        return [f for f in self if f.name not in QUALITY_FIELDS and f.name not in DATASET_FIELDS]
+        fields = [f for f in self if f.name not in QUALITY_FIELDS and f.name not in DATASET_FIELDS]
+        for f in fields:
+            f.initially_hidden = self.field_hidden(f)
+        return fields
 
     @property
     def dataset_fields(self):
@@ -301,13 +436,15 @@ class RunForm(forms.Form):
         data = super().clean()
         self._clean_quality(data)
         mode = data.get("load_mode")
-        if mode == "concurrency" and "concurrency_levels" in data and not data["concurrency_levels"]:
+        self._clean_pattern(data)
+        trace = data["arrival_pattern"] is not None and data["arrival_pattern"].kind == "trace"
+        if mode in ("concurrency", "conversation") and "concurrency_levels" in data and not data["concurrency_levels"]:
             self.add_error("concurrency_levels", "Give at least one concurrency level, e.g. 1,8.")
-        if mode == "rate" and "request_rates" in data and not data["request_rates"]:
+        if mode == "rate" and not trace and "request_rates" in data and not data["request_rates"]:
             self.add_error("request_rates", "Give at least one request rate, e.g. 1,2.")
         if mode == "rate":
             data["concurrency_levels"] = []
-        elif mode == "concurrency":
+        else:
             data["request_rates"] = []
         servers = self._clean_sweep(data)
         if not data.get("endpoints") and not data.get("recipes") and "endpoints" not in self.errors:
@@ -316,6 +453,8 @@ class RunForm(forms.Form):
         data["_measured"] = len(data.get("endpoints") or []) + servers
         self._check_run_time(data)
         levels = len(data.get("concurrency_levels") or data.get("request_rates") or [])
+        if trace:
+            levels = len(data["arrival_pattern"].speedups)
         total = data.pop("_measured") * levels * (data.get("requests_per_level") or 0)
         if total > settings.MAX_REQUESTS_PER_RUN:
             raise forms.ValidationError(
@@ -430,14 +569,27 @@ class RunForm(forms.Form):
         lasts at most its duration; levels and endpoints run one after another."""
         limit, n, duration = settings.RUN_TIME_LIMIT_S, data.get("requests_per_level"), data.get("duration_s")
         endpoints = data.get("_measured") or 1  # endpoints and servers started from recipes
-        if data.get("load_mode") == "rate" and data.get("request_rates") and n:
+        pattern = data.get("arrival_pattern")
+        if data.get("load_mode") == "rate" and pattern is not None and pattern.kind == "trace" and pattern.trace and n:
+            per_level = [min(arrival_engine.expected_span_s(pattern, None, n, s), duration or math.inf)
+                         for s in pattern.speedups]
+            total = endpoints * sum(per_level)
+            if total > limit:
+                self.add_error("trace_speedups", (
+                    f"Replayed at ×{min(pattern.speedups):g}, the trace's first {min(n, len(pattern.trace.requests))} "
+                    f"requests take {_span(max(per_level))}; this run ({len(per_level)} level(s) × {endpoints} "
+                    f"endpoint(s)) would take about {_span(total)}, above the run time limit of {_span(limit)}. "
+                    "Speed it up, replay fewer requests per level or set a shorter duration."))
+        elif data.get("load_mode") == "rate" and data.get("request_rates") and n:
             slowest = min(data["request_rates"])
             if duration and n > 1 and slowest * duration < 1:
                 self.add_error("duration_s", (
                     f"At {slowest:g} requests per second requests leave {_span(1 / slowest)} apart, so a "
                     f"{_span(duration)} level would send only its first request: make rate × duration at least 1."))
                 return
-            per_level = [min((n - 1) / rate, duration or math.inf) for rate in data["request_rates"]]
+            pattern = pattern or arrival_engine.ArrivalPattern()
+            per_level = [min(arrival_engine.expected_span_s(pattern, rate, n), duration or math.inf)
+                         for rate in data["request_rates"]]
             total = endpoints * sum(per_level)
             if total > limit:
                 self.add_error("request_rates", (
@@ -445,7 +597,19 @@ class RunForm(forms.Form):
                     f"this run ({len(per_level)} level(s) × {endpoints} endpoint(s)) would take about "
                     f"{_span(total)}, above the run time limit of {_span(limit)}. Raise the rates, send fewer "
                     "requests per level or set a shorter duration."))
-        elif data.get("load_mode") == "concurrency" and data.get("concurrency_levels") and duration:
+        elif data.get("load_mode") == "conversation" and data.get("concurrency_levels") and n \
+                and data.get("conversation") and data["conversation"].think_s:
+            # A level's streams think (turns - 1) times per conversation, at least.
+            conversation = data["conversation"]
+            per_level = [min(math.ceil(n / conversation.turns / c) * (conversation.turns - 1) * conversation.think_s,
+                             duration or math.inf) for c in data["concurrency_levels"]]
+            total = endpoints * sum(per_level)
+            if total > limit:
+                self.add_error("think_time_s", (
+                    f"With {_span(conversation.think_s)} of think time between turns, this run ({len(per_level)} "
+                    f"level(s) × {endpoints} endpoint(s)) would take at least {_span(total)}, above the run time "
+                    f"limit of {_span(limit)}. Think less, send fewer requests per level or set a shorter duration."))
+        elif data.get("load_mode") in ("concurrency", "conversation") and data.get("concurrency_levels") and duration:
             levels = len(data["concurrency_levels"])
             total = endpoints * levels * duration
             if total > limit:

@@ -15,6 +15,8 @@ from django.utils.text import slugify
 from benchmarks.engine import backends
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Target, Workload
+from benchmarks.engine.arrivals import ArrivalPattern
+from benchmarks.engine.conversations import Conversation
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.launcher import PLACEHOLDERS, REFUSED_ENV, LaunchReport, ServerSpec, setting_label
@@ -378,12 +380,20 @@ class Run(models.Model):
     output_tokens = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     temperature = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(2.0)])
     api = models.CharField(max_length=20, choices=APIS, default="completions")
-    LOAD_MODES = [("concurrency", "concurrency sweep (closed loop)"), ("rate", "request rate (open loop)")]
-    ARRIVALS = [("poisson", "Poisson"), ("constant", "constant")]
+    LOAD_MODES = [("concurrency", "concurrency sweep (closed loop)"), ("rate", "request rate (open loop)"),
+                  ("conversation", "multi-turn conversations (closed loop)")]
+    ARRIVALS = [("poisson", "Poisson"), ("constant", "constant"), ("gamma", "gamma (bursty)"),
+                ("ramp", "linear ramp"), ("trace", "trace replay")]
     load_mode = models.CharField(max_length=20, choices=LOAD_MODES, default="concurrency")
     concurrency_levels = models.JSONField(default=list, blank=True)
     request_rates = models.JSONField(default=list, blank=True)  # requests/s, rate mode
     arrivals = models.CharField(max_length=20, choices=ARRIVALS, default="poisson")
+    # The arrivals' parameters (engine.arrivals.ArrivalPattern, its to_dict; read as
+    # `arrival_settings`): burstiness, a ramp's end rate, a trace and its speed-ups. {} for
+    # Poisson and constant arrivals (and every run stored before).
+    arrival_pattern = models.JSONField(default=dict, blank=True)
+    # Conversation mode: engine.conversations.Conversation's to_dict (turns, think time).
+    conversation = models.JSONField(default=dict, blank=True)
     max_concurrency = models.PositiveIntegerField(default=0, help_text="Rate mode: cap on requests "
                                                   "in flight; 0 = none.")
     requests_per_level = models.PositiveIntegerField()
@@ -476,13 +486,29 @@ class Run(models.Model):
         """What the run's requests ask for (the one reader of `dataset`)."""
         return Dataset.from_dict(self.dataset, self.prompt_tokens, self.output_tokens)
 
+    @property
+    def arrival_settings(self) -> ArrivalPattern:
+        """How the rate levels send (the one reader of `arrival_pattern`)."""
+        return ArrivalPattern.from_dict(self.arrival_pattern, self.arrivals)
+
+    @property
+    def conversation_settings(self) -> Conversation | None:
+        """The conversations of conversation mode (the one reader of `conversation`)."""
+        return Conversation.from_dict(self.conversation) if self.load_mode == "conversation" else None
+
     def loads(self) -> list[Load]:
         """The run's load levels, in order (engine.client.Load)."""
+        n, duration = self.requests_per_level, self.duration_s
         if self.load_mode == "rate":
-            return [Load(concurrency=self.max_concurrency, rate=r, arrivals=self.arrivals,
-                         requests=self.requests_per_level, duration_s=self.duration_s)
+            pattern = self.arrival_settings
+            if pattern.kind == "trace":
+                trace = pattern.trace
+                return [Load(concurrency=self.max_concurrency, rate=trace.mean_rate(n, s), arrivals="trace",
+                             requests=n, duration_s=duration, trace=trace, speedup=s) for s in pattern.speedups]
+            return [Load(concurrency=self.max_concurrency, rate=r, arrivals=pattern.kind, requests=n,
+                         duration_s=duration, burstiness=pattern.burstiness, ramp_to=pattern.ramp_to)
                     for r in self.request_rates]
-        return [Load(concurrency=c, requests=self.requests_per_level, duration_s=self.duration_s)
+        return [Load(concurrency=c, requests=n, duration_s=duration, conversation=self.conversation_settings)
                 for c in self.concurrency_levels]
 
     def evaluation_text(self) -> EvalText:
@@ -505,8 +531,15 @@ class Run(models.Model):
     def levels_label(self) -> str:
         if self.load_mode == "rate":
             cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
-            return f"{', '.join(f'{r:g}' for r in self.request_rates)} req/s {self.arrivals}{cap}"
-        return "c=" + ",".join(str(c) for c in self.concurrency_levels)
+            pattern = self.arrival_settings
+            if pattern.kind == "trace":
+                return pattern.describe() + cap
+            if pattern.kind == "ramp":
+                return f"ramp from {', '.join(f'{r:g}' for r in self.request_rates)} to {pattern.ramp_to:g} req/s{cap}"
+            return f"{', '.join(f'{r:g}' for r in self.request_rates)} req/s {pattern.describe()}{cap}"
+        levels = "c=" + ",".join(str(c) for c in self.concurrency_levels)
+        conversation = self.conversation_settings
+        return f"{levels}, {conversation.label}" if conversation else levels
 
     def claim(self, worker: str = "") -> bool:
         """queued -> running (or a running run whose worker stopped beating), atomically: only
@@ -559,7 +592,7 @@ class LevelResult(models.Model):
     def load_label(self) -> str:
         if self.rate is None:
             return f"{self.concurrency} concurrent"
-        return f"{self.rate:g} req/s" + (f" (cap {self.concurrency})" if self.concurrency else "")
+        return f"{self.rate:.4g} req/s" + (f" (cap {self.concurrency})" if self.concurrency else "")
 
     # The stored JSON, read through its one reader (every stored version reads).
     @cached_property
@@ -606,6 +639,8 @@ class RequestRecord(models.Model):
     index = models.PositiveIntegerField()
     sent = models.FloatField()
     scheduled = models.FloatField(null=True)  # rate mode: when it was due to leave
+    conversation = models.PositiveIntegerField(null=True)  # conversation mode: which conversation of the level
+    turn = models.PositiveSmallIntegerField(null=True)  # and its turn (0 = the first)
     first_content = models.FloatField(null=True)
     first_answer = models.FloatField(null=True)  # first non-reasoning content
     end = models.FloatField(null=True)

@@ -20,7 +20,7 @@ from benchmarks.engine.catalogue import METRICS, REQUEST_CSV, RESULTS_TABLE, Fig
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
 from benchmarks.engine.datasets import histogram
 from benchmarks.engine.gpu import GpuSeries, GpuSummary
-from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
+from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value, ttft_by_turn
 from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
 from benchmarks.models import (ApiToken, Comparison, Decision, Endpoint, EvaluationText, ImportedReport, LevelResult,
@@ -64,7 +64,7 @@ def run_levels(run: Run) -> list[LevelResult]:
 
 
 def _shows(metric, run: Run) -> bool:
-    return {"": True, "chat": run.api == "chat", "slo": bool(run.slo)}[metric.needs]
+    return {"": True, "chat": run.api == "chat", "slo": bool(run.slo), "schedule": run.load_mode == "rate"}[metric.needs]
 
 
 def results_table(run: Run, levels: list[LevelResult]) -> dict:
@@ -164,6 +164,24 @@ def _bars(h: dict) -> list[dict]:
     edges = h["edges"]
     return [{"low": edges[k], "high": (edges[k + 1] - 1 if k + 1 < len(edges) - 1 else edges[-1]),
              "count": c, "percent": round(100 * c / top)} for k, c in enumerate(h["counts"])]
+
+
+def run_ttft_by_turn(run: Run) -> list[dict]:
+    """Conversation mode: per endpoint and level, TTFT (ms) by turn over its completed requests,
+    formatted with the catalogue's decimals: [{"level", "turns": [{"turn" (1 = the first),
+    "count", "p50", "p90", "p99"}]}]."""
+    if run.load_mode != "conversation":
+        return []
+    digits = METRICS["ttft_ms"].digits
+    by_level = run_results_by_level(run)
+    out = []
+    for level in run_levels_with_endpoint(run):
+        turns = ttft_by_turn(by_level.get(level.id, []))
+        out.append({"level": level, "turns": [
+            {"turn": turn + 1, "count": d.count,
+             **{stat: "—" if d.get(stat) is None else f"{d.get(stat):.{digits}f}" for stat in ("p50", "p90", "p99")}}
+            for turn, d in turns.items()]})
+    return [row for row in out if row["turns"]]
 
 
 def run_failure_count(run: Run) -> int:
@@ -490,15 +508,16 @@ def report_rows(report) -> list[dict]:
     return rows
 
 
-RESULT_COLUMNS = ("level_id", "index", "sent", "first_content", "first_answer", "end", "prompt_tokens",
-                  "output_tokens", "client_output_tokens", "timings", "error")
+RESULT_COLUMNS = ("level_id", "index", "sent", "scheduled", "first_content", "first_answer", "end", "prompt_tokens",
+                  "output_tokens", "client_output_tokens", "timings", "error", "turn", "conversation")
 
 
 def _as_result(row):
-    _, index, sent, first, answer, end, p_tok, o_tok, c_tok, timings, error = row
+    _, index, sent, scheduled, first, answer, end, p_tok, o_tok, c_tok, timings, error, turn, conversation = row
     return RequestResult(index=index, sent=sent, prompt_tokens_asked=0, output_tokens_asked=0, first_content=first,
                          first_answer=answer, chunk_times=[end] if end is not None else [], prompt_tokens=p_tok,
-                         output_tokens=o_tok, client_output_tokens=c_tok, timings=timings, error=error)
+                         output_tokens=o_tok, client_output_tokens=c_tok, timings=timings, error=error,
+                         scheduled=scheduled, turn=turn, conversation=conversation)
 
 
 def level_results(level: LevelResult):
@@ -549,7 +568,7 @@ def _stored(level: LevelResult, field: str) -> dict:
 
 # ---------------------------------------------------------------- export
 EXPORT_VERSION = 3  # 3: the quality step; 2: endpoints keyed by name, levels by public id (1: database ids)
-REQUEST_FIELDS = ("index", "sent", "scheduled", "first_content", "first_answer", "end", "prompt_tokens",
+REQUEST_FIELDS = ("index", "sent", "scheduled", "conversation", "turn", "first_content", "first_answer", "end", "prompt_tokens",
                   "output_tokens", "client_output_tokens", "finish_reason", "status_code", "error", "error_kind")
 
 
@@ -591,7 +610,9 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
         "workload": {k: getattr(run, k) for k in (
             "prompt_tokens", "output_tokens", "temperature", "api", "load_mode", "concurrency_levels",
             "request_rates", "arrivals", "max_concurrency", "requests_per_level", "duration_s",
-            "warmup_requests", "seed")} | {"slo": run.slo},
+            "warmup_requests", "seed")} | {"slo": run.slo, "arrival_pattern": run.arrival_settings.to_dict(),
+                                            "conversation": (run.conversation_settings.to_dict()
+                                                             if run.conversation_settings else None)},
         "flags": run.flags, "endpoints": endpoints, "quality": quality_export(run, hide_addresses=hide_addresses),
         "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "load": lv.load_label,
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),
@@ -607,7 +628,8 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
 FROM_LEVEL_START = ("first_content", "first_answer", "end")
 REQUEST_CSV_COLUMNS = (
     ("index", "request"), ("sent", "sent (s from the level start)"),
-    ("scheduled", "scheduled (s from the level start)"),
+    ("scheduled", "scheduled (s from the level start)"), ("conversation", "conversation"),
+    ("turn", "turn (0 = the first)"),
     ("first_content", "first content (s from the level start)"),
     ("first_answer", "first answer (s from the level start)"), ("end", "end (s from the level start)"),
     ("prompt_tokens", "prompt tokens (server)"), ("output_tokens", "output tokens (server)"),

@@ -23,6 +23,8 @@ from benchmarks.engine import gpu as gpu_telemetry
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.engine.client import (Cancelled, Finding, LevelOutcome, Load, Session, Timeouts, describe_error,
                                       until_stopped)
+from benchmarks.engine.arrivals import ArrivalPattern
+from benchmarks.engine.conversations import Conversation
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
@@ -48,14 +50,20 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
                quality_upload: dict | None = None, quality_reference: Endpoint | None = None,
                quality_ctx: int = quality_engine.DEFAULT_CTX,
                quality_chunks: int = quality_engine.DEFAULT_CHUNKS, recipes: list = (),
-               sweep: dict | None = None, dataset: Dataset | None = None) -> Run:
+               sweep: dict | None = None, dataset: Dataset | None = None,
+               arrival_pattern: ArrivalPattern | None = None, conversation: Conversation | None = None) -> Run:
     """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
     queued or running: counted and inserted in one transaction that holds the owner's row.
     With `quality`, the quality step follows the levels: on `quality_text`, or on
     `quality_upload` ({"name", "text"}, stored as an EvaluationText), or else the built-in text.
     `recipes` are started by their host's worker, each at every setting of `sweep` (recipe id ->
-    flag -> values; all allowed values for a recipe not in it), and measured as an endpoint is."""
+    flag -> values; all allowed values for a recipe not in it), and measured as an endpoint is.
+    `arrival_pattern`: how rate levels send (a trace replay has one level per speed-up);
+    `conversation`: the sessions of conversation mode."""
     levels = request_rates if load_mode == "rate" else concurrency_levels
+    pattern = arrival_pattern or ArrivalPattern(arrivals)
+    if load_mode == "rate" and pattern.kind == "trace":
+        levels, request_rates = pattern.speedups, []
     recipes = list(recipes)
     sweep = {str(k): v for k, v in (sweep or {}).items()}
     with transaction.atomic():
@@ -67,9 +75,12 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
         run = Run.objects.create(
             owner=owner, title=title, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
             temperature=temperature, load_mode=load_mode,
-            concurrency_levels=sorted(set(concurrency_levels)) if load_mode == "concurrency" else [],
+            concurrency_levels=sorted(set(concurrency_levels)) if load_mode in ("concurrency", "conversation") else [],
             request_rates=sorted(set(request_rates)) if load_mode == "rate" else [],
-            arrivals=arrivals, max_concurrency=max_concurrency or 0, duration_s=duration_s,
+            arrivals=pattern.kind,
+            arrival_pattern=pattern.to_dict() if load_mode == "rate" and pattern.kind not in ("poisson", "constant") else {},
+            conversation=conversation.to_dict() if load_mode == "conversation" and conversation else {},
+            max_concurrency=max_concurrency or 0, duration_s=duration_s,
             requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
             dataset=dataset.to_dict() if dataset is not None else {},
@@ -487,7 +498,8 @@ def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_in
             server_summary=server.summary.to_dict() if server.summary != ServerSummary() else {},
             server_series=server.series.to_dict())
         RequestRecord.objects.bulk_create([
-            RequestRecord(level=level, index=r.index, sent=r.sent, scheduled=r.scheduled,
+            RequestRecord(level=level, index=r.index, sent=r.sent, scheduled=r.scheduled, turn=r.turn,
+                          conversation=r.conversation,
                           first_content=r.first_content, first_answer=r.first_answer,
                           end=r.e2e, chunk_times=r.chunk_times, prompt_tokens=r.prompt_tokens,
                           output_tokens=r.output_tokens, client_output_tokens=r.client_output_tokens,

@@ -77,6 +77,7 @@ def run_detail(request, public_id: str):
         "failures": selectors.run_failures(run, hide_addresses=hide),
         "failure_count": selectors.run_failure_count(run),
         "length_histograms": selectors.run_length_histograms(run),
+        "ttft_by_turn": selectors.run_ttft_by_turn(run),
         "preflight": selectors.run_preflight(run, hide_addresses=hide),
         "server_config": selectors.run_server_config(run, hide_addresses=hide),
         "run_error": selectors.run_error(run, hide_addresses=hide),

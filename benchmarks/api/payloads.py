@@ -1,15 +1,18 @@
 """A run submitted as JSON, turned into what the run page's form receives: the form then judges
 it with the page's own messages. Here only what JSON adds is checked: the body's shape, field
-names, and value types the form would otherwise read as text."""
+names, and value types the form would otherwise read as text. A file (a prompts file, a trace,
+an evaluation text) comes as an object {"name": "trace.jsonl", "content": "<its text>"}: the form
+then reads it as the page's upload, with the page's limits and messages."""
 from __future__ import annotations
 
 from django import forms
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from benchmarks.forms import RunForm
 from benchmarks.models import Endpoint
 
 # Fields that take several values; a list is joined with commas for the form's text fields.
-LIST_TEXT_FIELDS = ("concurrency_levels", "request_rates")
+LIST_TEXT_FIELDS = ("concurrency_levels", "request_rates", "trace_speedups")
 
 
 class RunPayloadError(Exception):
@@ -19,10 +22,22 @@ class RunPayloadError(Exception):
 
 
 def api_fields(form: RunForm | None = None) -> dict[str, forms.Field]:
-    """The run form's fields a JSON body can set (an uploaded file cannot): its declared ones, or
-    with `form` also those it adds per recipe (the sweep values, `sweep_<recipe id>_<n>`)."""
+    """The run form's fields a JSON body can set: its declared ones, or with `form` also those it
+    adds per recipe (the sweep values, `sweep_<recipe id>_<n>`)."""
     fields = form.fields if form is not None else RunForm.base_fields
-    return {name: f for name, f in fields.items() if not isinstance(f, forms.FileField)}
+    return dict(fields)
+
+
+def _file(name: str, value) -> SimpleUploadedFile:
+    if not (isinstance(value, dict) and set(value) == {"name", "content"} and isinstance(value["name"], str)
+            and isinstance(value["content"], str) and value["name"].strip()):
+        raise RunPayloadError({name: ['Send the file as {"name": "its file name", "content": "its text"}.']})
+    try:
+        content = value["content"].encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RunPayloadError({name: [f"The content has an invalid character (a lone surrogate) at position "
+                                      f"{exc.start + 1}; send valid Unicode text."]}) from None
+    return SimpleUploadedFile(value["name"].strip()[:200], content)
 
 
 def _default(field: forms.Field):
@@ -42,7 +57,8 @@ def _endpoint_id(value, field: forms.Field, names: dict[str, int]):
     return value
 
 
-def run_form_data(body) -> dict:
+def run_form_data(body) -> tuple[dict, dict]:
+    """The form's data and its files from a JSON body."""
     if not isinstance(body, dict):
         raise RunPayloadError({"__all__": ["Send a JSON object with the run's fields."]})
     fields = api_fields(RunForm())
@@ -51,9 +67,17 @@ def run_form_data(body) -> dict:
         raise RunPayloadError({"__all__": [f"Unknown fields: {', '.join(unknown)[:500]}; known: {', '.join(fields)}."]})
     errors: dict[str, list[str]] = {}
     data: dict = {}
+    files: dict = {}
     names = dict(Endpoint.objects.values_list("name", "pk"))
     for name, field in fields.items():
         value = body.get(name)
+        if isinstance(field, forms.FileField):
+            if value is not None:
+                try:
+                    files[name] = _file(name, value)
+                except RunPayloadError as e:
+                    errors.update(e.errors)
+            continue
         if value is None:
             default = _default(field)
             if default is not None and not isinstance(field, forms.BooleanField):
@@ -65,7 +89,7 @@ def run_form_data(body) -> dict:
             errors.update(e.errors)
     if errors:
         raise RunPayloadError(errors)
-    return data
+    return data, files
 
 
 def _value(name: str, field: forms.Field, value, names: dict[str, int]):

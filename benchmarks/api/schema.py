@@ -147,6 +147,9 @@ class EndpointSerializer(serializers.ModelSerializer):
 def _schema_field(name: str, field: forms.Field) -> serializers.Field:
     """The OpenAPI description of one run-form field (documentation only: the form validates)."""
     common = {"required": False, "help_text": str(field.help_text or field.label or "") or None}
+    if isinstance(field, forms.FileField):
+        common["help_text"] = (common["help_text"] or "") + ' Sent as {"name": "its file name", "content": "its text"}.'
+        return serializers.DictField(child=serializers.CharField(), **common)
     if isinstance(field, forms.ModelMultipleChoiceField):
         return serializers.ListField(child=serializers.CharField(), **common)
     if isinstance(field, forms.ModelChoiceField):
@@ -161,7 +164,7 @@ def _schema_field(name: str, field: forms.Field) -> serializers.Field:
         return serializers.IntegerField(allow_null=not field.required, **bounds, **common)
     if isinstance(field, forms.ChoiceField):
         return serializers.ChoiceField(choices=list(field.choices), **common)
-    if name in ("concurrency_levels", "request_rates"):
+    if name in ("concurrency_levels", "request_rates", "trace_speedups"):
         return serializers.JSONField(**common)  # a list of numbers, or comma-separated text
     return serializers.CharField(allow_blank=True, **common)
 

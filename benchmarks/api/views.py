@@ -59,7 +59,8 @@ def _form_errors(form) -> dict:
                            OpenApiParameter("page", int), OpenApiParameter("page_size", int)])
 @extend_schema(methods=["POST"], operation_id="runs_create", summary="Queue a run", request=schema.run_request(),
                description="Validated by the run form of the page, with its messages. Fields left out take the "
-                           "form's defaults; `endpoints` are names (or ids); levels and rates may be lists.",
+                           "form's defaults; `endpoints` are names (or ids); levels, rates and speed-ups may be lists; a "
+                           'file (prompts, a trace, an evaluation text) is {"name": ..., "content": "its text"}.',
                responses={201: schema.RunStatus, 400: schema.Error})
 @api_view(["GET", "POST"])
 def runs(request):
@@ -80,10 +81,10 @@ def runs(request):
 
 def _run_create(request):
     try:
-        data = run_form_data(request.data)
+        data, files = run_form_data(request.data)
     except RunPayloadError as e:
         return Response({"error": "invalid input", "errors": e.errors}, status=400)
-    form = RunForm(data)
+    form = RunForm(data, files)
     if not form.is_valid():
         return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
     try:

@@ -1,13 +1,20 @@
-// The run form shows only the fields of the chosen load mode (concurrency sweep or request rate).
+// The run form shows only the fields of the chosen load mode (concurrency sweep, request rate or
+// conversations) and, in rate mode, only those of the chosen arrivals (data-arrivals).
 (function () {
   var radios = document.querySelectorAll("input[name=load_mode]");
+  var arrivals = document.querySelector("select[name=arrivals]");
   function show() {
     var checked = document.querySelector("input[name=load_mode]:checked");
     if (!checked) return;
+    var kind = arrivals ? arrivals.value : "";
     document.querySelectorAll("[data-load-mode]").forEach(function (field) {
-      field.hidden = field.dataset.loadMode !== checked.value;
+      var modes = field.dataset.loadMode.split(" ");
+      var kinds = field.dataset.arrivals ? field.dataset.arrivals.split(" ") : null;
+      field.hidden = modes.indexOf(checked.value) < 0 ||
+        (checked.value === "rate" && kinds !== null && kinds.indexOf(kind) < 0);
     });
   }
   radios.forEach(function (r) { r.addEventListener("change", show); });
+  if (arrivals) arrivals.addEventListener("change", show);
   show();
 })();
