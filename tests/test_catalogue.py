@@ -41,7 +41,7 @@ def test_every_entry_says_its_label_unit_definition_direction_and_summary(key):
     assert m.key == key and m.label and m.name and len(m.definition) > 20
     assert m.unit or m.source == "quality"  # only a quality figure may be a pure number
     assert m.better in (HIGHER, LOWER) and m.summary in (DISTRIBUTION, SCALAR)
-    assert m.needs in ("", "chat", "slo") and m.source in ("requests", "gpu", "quality", "launch")
+    assert m.needs in ("", "chat", "slo", "schedule") and m.source in ("requests", "gpu", "quality", "launch")
     # A distribution is read at its statistics, a scalar as itself.
     assert Figure(key, "p50" if m.summary == DISTRIBUTION else None).metric is m
     with pytest.raises(ValueError):

@@ -16,3 +16,11 @@ def shown(point, figure):
     value = point.get(figure)
     m = figure.metric
     return "—" if value is None else f"{value * m.scale:.{m.digits}f}"
+
+
+@register.filter
+def breakable(code: str):
+    """A flag code that may wrap after its underscores (coordinated_omission in a narrow column)."""
+    from django.utils.html import escape
+    from django.utils.safestring import mark_safe
+    return mark_safe(escape(code).replace("_", "_<wbr>"))
