@@ -373,6 +373,9 @@ class RunForm(forms.Form):
                 if values["trace_file"] is None and "trace_file" not in self.errors:
                     self.add_error("trace_file", "Upload the trace file (Mooncake JSONL or BurstGPT CSV), or choose "
                                                  "other arrivals.")
+                if (data.get("dataset_source") or "synthetic") != "synthetic":
+                    self.add_error("dataset_source", "A trace replay sends the lengths of its trace as random tokens: "
+                                                     "choose random tokens, or other arrivals.")
                 if not values["trace_speedups"] and "trace_speedups" not in self.errors:
                     self.add_error("trace_speedups", "Give at least one speed-up, e.g. 1.")
                 data["arrival_pattern"] = arrival_engine.ArrivalPattern(

@@ -137,9 +137,10 @@ def test_a_trace_over_the_request_bound_is_refused(monkeypatch):
 
 
 # ---------------------------------------------------------------- against the simulator
-def run_levels(url, loads, dialect="vllm", **workload):
+def run_levels(url, loads, dialect="vllm", timeouts=None, **workload):
+    """Each load measured by the engine's Session, after its preflight and preparation."""
     async def go():
-        session = Session(Target(url, dialect), Workload(**workload), loads=loads)
+        session = Session(Target(url, dialect), Workload(**workload), timeouts, loads=loads)
         try:
             pf = await session.preflight()
             assert pf.ok, pf.cause

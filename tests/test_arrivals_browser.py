@@ -1,19 +1,19 @@
 """Rate runs with bursty arrivals (their from-schedule columns) and conversation runs (TTFT by turn)
 in Chromium at 1366 and 1920 px, measured by the engine on the simulator: nothing overflows; and
 the run form shows only the chosen mode's and arrivals' fields."""
-import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from benchmarks.engine.arrivals import ArrivalPattern
-from benchmarks.engine.client import Load, Session, Target, Timeouts, Workload
+from benchmarks.engine.client import Load, Timeouts
 from benchmarks.engine.conversations import Conversation
 from benchmarks.engine.simulator import SimConfig, SimulatorProcess
 from benchmarks.models import Run
 from benchmarks.services import level_store
 from conftest import log_in, watched
 from factories import endpoint
+from test_arrivals import run_levels
 from test_pages_at_a_glance import OVERFLOW, SCREENS, check, pages, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -21,20 +21,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def stored_run(loads, dialect="vllm", names=("vllm-fp8-tp1", "vllm-awq-int4-tp1"), **fields):
     """A finished run whose levels the engine measured on the simulator, stored by the service."""
-    workload = Workload(prompt_tokens=48, output_tokens=12, warmup_requests=1, seed=3, api=fields.get("api", "completions"))
+    workload = dict(prompt_tokens=48, output_tokens=12, warmup_requests=1, seed=3, api=fields.get("api", "completions"))
     with SimulatorProcess(SimConfig(dialect=dialect, decode_ms=2, prefill_ms=5, prefill_ms_per_token=0.2)) as sim:
-        async def measure():
-            session = Session(Target(sim.url, dialect), workload, Timeouts(connect=5, first_byte=30, total=60),
-                              loads=loads)
-            try:
-                preflight = await session.preflight()
-                assert preflight.ok, preflight.cause
-                await session.prepare(preflight.model)
-                return [await session.measure(load) for load in loads]
-            finally:
-                await session.close()
         with ThreadPoolExecutor(1) as pool:  # the browser's event loop runs in this thread
-            outcomes = pool.submit(asyncio.run, measure()).result()
+            outcomes = pool.submit(run_levels, sim.url, loads, dialect, Timeouts(connect=5, first_byte=30, total=60),
+                                   **workload).result()
     run = Run.objects.create(prompt_tokens=48, output_tokens=12, temperature=0.7, requests_per_level=loads[0].requests,
                              warmup_requests=1, status=Run.SUCCEEDED, **fields)
     ends = [endpoint(name=n, url=f"http://127.0.0.1:{9 + i}") for i, n in enumerate(names)]

@@ -42,6 +42,8 @@ RATE = dict(load_mode="rate", request_rates="2", concurrency_levels="")
      "trace_file", "b.csv: line 1: the header lacks Response tokens"),
     (dict(RATE, arrivals="trace", trace_speedups="0"), {"trace_file": upload(MOONCAKE)}, "trace_speedups",
      "A speed-up is from 0.01 to 1000"),
+    (dict(RATE, arrivals="trace", dataset_source="sharegpt"), {"trace_file": upload(MOONCAKE)}, "dataset_source",
+     "A trace replay sends the lengths of its trace"),
     (dict(RATE, arrivals="ramp"), {}, "ramp_to", "Give the rate the ramp ends at"),
     (dict(RATE, arrivals="ramp", ramp_to="-1"), {}, "ramp_to", "A rate from"),
     (dict(RATE, arrivals="gamma", burstiness="0"), {}, "burstiness", "greater than or equal to 0.01"),

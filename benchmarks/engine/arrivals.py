@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import random
 from dataclasses import dataclass
+
+from .datasets import json_lines
 
 KINDS = ("poisson", "constant", "gamma", "ramp", "trace")
 MAX_TRACE_REQUESTS = 20_000  # requests one uploaded trace may hold
@@ -247,15 +248,8 @@ def _too_many(count: int) -> None:
 
 def _mooncake(text: str, max_tokens: int | None) -> list[TraceRequest]:
     requests = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise TraceError(f"line {number} is not JSON ({exc.msg} at column {exc.colno}).") from None
-        if not isinstance(obj, dict):
-            raise TraceError(f"line {number} is not a JSON object.")
+    example = '{"timestamp": 0, "input_length": 512, "output_length": 64}'
+    for number, obj in json_lines(text, TraceError, example):
         for key in ("timestamp", "input_length", "output_length"):
             if key not in obj:
                 raise TraceError(f'line {number} has no "{key}".')

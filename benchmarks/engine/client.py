@@ -532,7 +532,7 @@ class Session:
                                prompt_tokens_sent=self.prompts.sent_tokens(prompt), turn=turn,
                                conversation=conversation, reply=[] if messages is not None else None)
         path = "/v1/chat/completions" if self.workload.api == "chat" or messages is not None else "/v1/completions"
-        body = self.body(prompt, max_tokens, messages)
+        body = self.body(prompt, max_tokens) if messages is None else self.body(prompt, max_tokens, messages)
         for attempt in (1, 2):
             got_bytes = False
             called = time.perf_counter()

@@ -194,20 +194,26 @@ def _lengths_label(lengths: Lengths) -> str:
     return f"mean {lengths.mean} tokens ({lengths.distribution}, spread {lengths.spread:g})"
 
 
-def parse_jsonl(text: str, max_output_tokens: int | None = None, max_prompt_chars: int | None = None) -> list[Entry]:
-    """Prompts from JSON Lines: one object per line, {"prompt": "...", "output_tokens": 128}
-    ("output_tokens" optional; blank lines skipped). Raises DatasetError naming the first bad line."""
-    entries = []
+def json_lines(text: str, error: type[ValueError], example: str):
+    """(line number, object) for each line of JSON Lines that is not blank; `error` naming the
+    first line that is not a JSON object (each must be like `example`)."""
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except ValueError as exc:
-            raise DatasetError(f"line {number} is not JSON ({exc.msg} at column {exc.colno}).") from None
+            raise error(f"line {number} is not JSON ({exc.msg} at column {exc.colno}).") from None
         if not isinstance(obj, dict):
-            raise DatasetError(f"line {number} is not a JSON object: each line must be like "
-                               '{"prompt": "...", "output_tokens": 128}.')
+            raise error(f"line {number} is not a JSON object: each line must be like {example}.")
+        yield number, obj
+
+
+def parse_jsonl(text: str, max_output_tokens: int | None = None, max_prompt_chars: int | None = None) -> list[Entry]:
+    """Prompts from JSON Lines: one object per line, {"prompt": "...", "output_tokens": 128}
+    ("output_tokens" optional; blank lines skipped). Raises DatasetError naming the first bad line."""
+    entries = []
+    for number, obj in json_lines(text, DatasetError, '{"prompt": "...", "output_tokens": 128}'):
         prompt = obj.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             raise DatasetError(f'line {number} has no "prompt" text.')
