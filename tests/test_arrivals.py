@@ -164,8 +164,9 @@ def test_gamma_requests_reach_the_server_on_their_schedule(simulator):
     assert len(truth) == 120 and all(r.ok for r in outcome.results)
     due = sorted(r.scheduled for r in outcome.results)
     late = [t["received"] - outcome.t0 - at for t, at in zip(truth, due)]
-    # Received after its time, and (a busy 2-core machine) within 50 ms of it for nearly all.
-    assert min(late) > -0.002 and statistics.median(late) < 0.02 and sum(x > 0.05 for x in late) <= 3
+    # Never received before its time; on a 2-core machine shared with other work, the median within
+    # 30 ms of it and nine in ten within 100 ms.
+    assert min(late) > -0.002 and statistics.median(late) < 0.03 and sum(x > 0.1 for x in late) <= 12
     # What reached the server is as bursty as asked: the CV of its gaps near 1/sqrt(0.5) = 1.41.
     g = gaps([t["received"] for t in truth])
     assert statistics.pstdev(g) / statistics.fmean(g) == pytest.approx(1 / math.sqrt(0.5), rel=0.25)
@@ -256,3 +257,12 @@ def test_exponential_think_times_are_seeded_and_have_their_mean():
     assert draws[:5] == [c.think_time(7, s, 1) for s in range(5)]
     assert statistics.fmean(draws) == pytest.approx(2.0, rel=0.05)
     assert statistics.pstdev(draws) == pytest.approx(2.0, rel=0.08)  # an exponential's sd is its mean
+
+
+def test_the_context_check_counts_a_traces_longest_line_and_a_conversations_last_turn():
+    trace = parse_trace(MOONCAKE, "m.jsonl")
+    trace_load = Load(concurrency=0, rate=1.0, arrivals="trace", trace=trace, requests=2)
+    talk = Load(concurrency=1, requests=6, conversation=Conversation(turns=3))
+    # 100 + 20 per synthetic request; the trace's first 2 lines: 40 + 5 and 60 + 6; 3 turns: 3 × 120.
+    assert [Session.longest_request(load, 120) for load in (trace_load, talk, Load())] == [66, 360, 120]
+    assert Session.longest_request(talk, 120, prefix=50) == 3 * 70 + 50

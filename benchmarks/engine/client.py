@@ -343,13 +343,26 @@ class Session:
         dataset = self.workload.requests()
         if context is None or dataset.source != "synthetic":
             return None
-        longest = dataset.prompt_lengths.high + dataset.prefix_tokens + dataset.output_lengths.high
+        one = dataset.prompt_lengths.high + dataset.prefix_tokens + dataset.output_lengths.high
+        longest = max((self.longest_request(load, one, dataset.prefix_tokens) for load in self.loads), default=one)
         if longest <= context:
             return Finding("context", True, f"the longest request ({longest} tokens) fits the {context} tokens "
                                             f"the server gives each request")
         return Finding("context", False, f"a request of up to {longest} tokens (prompt and output) does not fit the "
                                          f"{context} tokens the server gives each request: every such request would "
                                          f"fail{self.backend.context_hint}")
+
+    @staticmethod
+    def longest_request(load: Load, one: int, prefix: int = 0) -> int:
+        """The most tokens (prompt and output) one request of `load` may take, `one` being the
+        longest synthetic request: a trace's longest line, or a conversation's last turn (every
+        turn's message and reply in its history, the shared prefix once; the chat template's
+        tokens come on top)."""
+        if load.trace is not None:
+            return max(r.input_tokens + r.output_tokens for r in load.trace.first(load.requests))
+        if load.conversation is not None:
+            return load.conversation.turns * (one - prefix) + prefix
+        return one
 
     # ---------------------------------------------------------------- prompts
     async def tokenize(self, text: str) -> list[int] | None:
