@@ -172,14 +172,13 @@ def run_ttft_by_turn(run: Run) -> list[dict]:
     "count", "p50", "p90", "p99"}]}]."""
     if run.load_mode != "conversation":
         return []
-    digits = METRICS["ttft_ms"].digits
     by_level = run_results_by_level(run)
     out = []
     for level in run_levels_with_endpoint(run):
         turns = ttft_by_turn(by_level.get(level.id, []))
         out.append({"level": level, "turns": [
             {"turn": turn + 1, "count": d.count,
-             **{stat: "—" if d.get(stat) is None else f"{d.get(stat):.{digits}f}" for stat in ("p50", "p90", "p99")}}
+             **{stat: catalogue_shown(Figure("ttft_ms", stat), d.get(stat)) for stat in ("p50", "p90", "p99")}}
             for turn, d in turns.items()]})
     return [row for row in out if row["turns"]]
 
