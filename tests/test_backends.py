@@ -71,6 +71,24 @@ def test_each_backend_asks_for_exactly_the_tokens_in_its_own_words(backend, extr
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("prompt_tokens,warmups", [(40, 0), (300, 1), (300, 2)])
+def test_chat_prompts_have_the_asked_length_beside_the_templates_own_tokens(simulator, dialect, prompt_tokens,
+                                                                            warmups):
+    """Chat prompts are text; the server counts its chat template's tokens too (the simulator 8,
+    plus a BOS for llama.cpp). Calibrated at two lengths, the words and the template are told
+    apart and every prompt has the asked length, however few warmups (before, the template's
+    tokens were spread over the words, and with 0 or 1 warmup the prompts came out short:
+    prompt_drift on every request)."""
+    sim = simulator(dialect=dialect, decode_ms=2)
+    pf, pool, outcome, _ = measure(sim.url, dialect, prompt_tokens=prompt_tokens, output_tokens=4, api="chat",
+                                   warmup_requests=warmups)
+    assert pf.ok, pf.cause
+    assert pool is None  # chat prompts are text
+    assert [r.prompt_tokens for r in outcome.results] == [prompt_tokens] * 4
+    assert not any(r.prompt_drift for r in outcome.results)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
 def test_each_dialect_is_measured_with_exact_prompts_and_outputs(simulator, dialect):
     # The server stops after 3 tokens unless told to go on (as ignore_eos does): the named
     # engines are told, a plain OpenAI server cannot be, and refuses any field it does not know.

@@ -132,7 +132,8 @@ class PromptFactory:
         self.pool = pool
         self.rng = rng
         self.words_per_token = words_per_token
-        self.offset = 0  # tokens the server adds to what we send (e.g. a BOS token)
+        self.offset = 0  # tokens the server adds to what we send (e.g. a BOS token, a chat template's)
+        self.seen: dict[int, int] = {}  # text prompts: words sent -> the server's usage.prompt_tokens
 
     def make(self, n_tokens: int) -> list[int] | str:
         n = max(1, n_tokens - self.offset)
@@ -151,9 +152,16 @@ class PromptFactory:
             return
         if isinstance(prompt, list):
             self.offset = usage_prompt_tokens - len(prompt)
+            return
+        # Text: tokens = words / words_per_token + offset. Two lengths part the template's fixed
+        # tokens (chat) from the words' own; with one, all of it is put on the words.
+        self.seen[len(prompt.split())] = usage_prompt_tokens
+        (w0, t0), (w1, t1) = min(self.seen.items()), max(self.seen.items())
+        if w1 > w0 and t1 > t0:
+            self.words_per_token = (w1 - w0) / (t1 - t0)
+            self.offset = max(0, round(t0 - w0 / self.words_per_token))
         else:
-            words = len(prompt.split())
-            self.words_per_token = words / usage_prompt_tokens
+            self.words_per_token, self.offset = w1 / t1, 0
 
 
 @dataclass
@@ -407,9 +415,10 @@ class Session:
             result = await self.send(-1 - i, prompt, self.workload.output_tokens, time.perf_counter())
             if result.ok:
                 self.prompts.calibrate(prompt, result.prompt_tokens)
-        if self.workload.warmup_requests == 0:
-            # Still learn how the server counts prompts, with one short request.
-            prompt = self.prompts.make(self.workload.prompt_tokens)
+        # Still learn how the server counts prompts, with one short request; text prompts also at
+        # half the length, so that a chat template's own tokens are told from the words'.
+        for share in ((1.0,) if self.workload.warmup_requests == 0 else ()) + ((0.5,) if pool is None else ()):
+            prompt = self.prompts.make(max(2, round(self.workload.prompt_tokens * share)))
             result = await self.send(-1, prompt, 1, time.perf_counter())
             if result.ok:
                 self.prompts.calibrate(prompt, result.prompt_tokens)
