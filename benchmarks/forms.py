@@ -30,6 +30,36 @@ class TextField(forms.CharField):
     default_validators = [storable_text]
 
 
+def _comparable(value) -> bool:
+    """Whether the database can compare `value` with a stored text: no NUL, no lone surrogate."""
+    if not isinstance(value, str):
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
+class NamedChoiceField(forms.ModelChoiceField):
+    """A row chosen by a text field (a name, a public id): a value no row can have is an invalid
+    choice before any lookup (PostgreSQL refuses to compare a NUL)."""
+
+    def to_python(self, value):
+        if value not in self.empty_values and not _comparable(value):
+            raise forms.ValidationError(self.error_messages["invalid_choice"], code="invalid_choice")
+        return super().to_python(value)
+
+
+class NamedMultipleChoiceField(forms.ModelMultipleChoiceField):
+    def _check_values(self, value):
+        for v in value:
+            if not _comparable(v):
+                raise forms.ValidationError(self.error_messages["invalid_choice"], code="invalid_choice",
+                                            params={"value": "a value with a NUL or invalid character"})
+        return super()._check_values(value)
+
+
 class EndpointChoiceField(forms.ModelMultipleChoiceField):
     def label_from_instance(self, obj: Endpoint) -> str:
         variant = f" · {obj.variant}" if obj.variant_id else ""
@@ -42,7 +72,7 @@ class RecipeChoiceField(forms.ModelMultipleChoiceField):
         return f"{obj.name} ({obj.get_backend_display()}, started by the worker on {obj.host}){variant}"
 
 
-class EvaluationTextChoiceField(forms.ModelChoiceField):
+class EvaluationTextChoiceField(NamedChoiceField):
     def label_from_instance(self, obj: EvaluationText) -> str:  # the text itself stays unread
         return f"{obj.name} · sha256 {obj.sha256[:12]} · {obj.created:%Y-%m-%d}"
 
@@ -160,7 +190,7 @@ class RunForm(forms.Form):
                                  help_text="After the load levels: each endpoint's perplexity on one text and, "
                                            "against the reference, KL divergence and agreement.")
     quality_text = EvaluationTextChoiceField(
-        queryset=EvaluationText.objects.none(), required=False, label="Evaluation text",
+        queryset=EvaluationText.objects.none(), required=False, label="Evaluation text", to_field_name="public_id",
         empty_label="built-in: Python's documentation (pydoc topics)",
         error_messages={"invalid_choice": "That evaluation text does not exist (any more)."})
     quality_text_file = forms.FileField(required=False, label="…or upload a text",
@@ -418,16 +448,7 @@ class RunForm(forms.Form):
     def clean_quality_text_file(self) -> dict | None:
         """The uploaded text as {"name", "text"}: UTF-8, not empty, within MAX_EVALUATION_TEXT_MIB."""
         f = self.cleaned_data.get("quality_text_file")
-        if not f:
-            return None
-        # Strict UTF-8, and nothing stripped: the sha256 is the file's own.
-        text = _utf8_upload(f, settings.MAX_EVALUATION_TEXT_MIB, "an evaluation text")
-        if not text.strip():
-            raise forms.ValidationError(f"{f.name} is empty: an evaluation text needs words to score.")
-        if "\x00" in text:
-            raise forms.ValidationError(f"{f.name} contains a NUL character (position {text.index(chr(0)) + 1}): "
-                                        "it is not plain text.")
-        return {"name": f.name[:200], "text": text}
+        return evaluation_text_upload(f) if f else None
 
     def clean_max_concurrency(self) -> int:
         cap = self.cleaned_data.get("max_concurrency") or 0
@@ -621,6 +642,18 @@ class RunForm(forms.Form):
                     f"the run time limit of {_span(limit)}. Set a shorter duration or fewer levels."))
 
 
+def evaluation_text_upload(f) -> dict:
+    """An uploaded evaluation text as {"name", "text"}: UTF-8, not empty, within MAX_EVALUATION_TEXT_MIB."""
+    # Strict UTF-8, and nothing stripped: the sha256 is the file's own.
+    text = _utf8_upload(f, settings.MAX_EVALUATION_TEXT_MIB, "an evaluation text")
+    if not text.strip():
+        raise forms.ValidationError(f"{f.name} is empty: an evaluation text needs words to score.")
+    if "\x00" in text:
+        raise forms.ValidationError(f"{f.name} contains a NUL character (position {text.index(chr(0)) + 1}): "
+                                    "it is not plain text.")
+    return {"name": f.name[:200], "text": text}
+
+
 def _utf8_upload(f, limit_mib: int, what: str) -> str:
     """An uploaded file's text: at most `limit_mib` MiB, strict UTF-8; else a message naming the file."""
     if f.size > limit_mib * 1024 * 1024:
@@ -690,25 +723,121 @@ class ImportForm(forms.Form):
         return super().clean()
 
 
-class ComparisonForm(forms.Form):
-    title = TextField(max_length=200, required=False)
-    runs = forms.ModelMultipleChoiceField(queryset=Run.objects.none(), required=False,
-                                          widget=forms.CheckboxSelectMultiple)
-    reports = forms.ModelMultipleChoiceField(queryset=ImportedReport.objects.none(), required=False,
-                                             widget=forms.CheckboxSelectMultiple, label="Imported and published reports")
+MAX_COMPARED_RUNS = 12  # runs in one comparison: each endpoint of each is a series of the page
 
-    def __init__(self, *args, **kwargs):
+
+class ComparisonForm(forms.Form):
+    """Runs and reports by public id (what the runs list's selection and the API send). Only the
+    runs picked are offered as boxes: the runs list pages and filters all of them."""
+    title = TextField(max_length=200, required=False)
+    runs = NamedMultipleChoiceField(queryset=Run.objects.none(), required=False, to_field_name="public_id",
+                                          widget=forms.CheckboxSelectMultiple,
+                                          help_text="Pick runs on the runs list: filter it, tick them and press "
+                                                    "Compare selected.")
+    reports = NamedMultipleChoiceField(queryset=ImportedReport.objects.none(), required=False,
+                                             to_field_name="public_id", widget=forms.CheckboxSelectMultiple,
+                                             label="Imported and published reports")
+
+    def __init__(self, *args, picked: list[str] = (), **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["runs"].queryset = Run.objects.exclude(status__in=[Run.QUEUED, Run.RUNNING]).order_by("-created")
+        self.fields["runs"].queryset = Run.objects.exclude(status__in=[Run.QUEUED, Run.RUNNING])
+        shown = list(picked) + (self.data.getlist("runs") if hasattr(self.data, "getlist") else [])
+        self.fields["runs"].widget.choices = [
+            (r.public_id, str(r)) for r in selectors.runs_picked(shown, limit=MAX_COMPARED_RUNS * 2)]
         # Only what the checkboxes show (the title): never each report's stored levels.
-        self.fields["reports"].queryset = ImportedReport.objects.only("id", "title")
+        self.fields["reports"].queryset = ImportedReport.objects.only("id", "public_id", "title")
+
+    def clean_runs(self):
+        runs = self.cleaned_data["runs"]
+        if len(runs) > MAX_COMPARED_RUNS:
+            raise forms.ValidationError(f"At most {MAX_COMPARED_RUNS} runs in one comparison; you picked {len(runs)}.")
+        return runs
 
     def clean(self):
         data = super().clean()
-        if len(data.get("runs") or []) + len(data.get("reports") or []) < 1:
+        if len(data.get("runs") or []) + len(data.get("reports") or []) < 1 and not self.errors:
             raise forms.ValidationError("Pick at least one run or report.")
         return data
 
 
+class EvaluationTextForm(forms.Form):
+    """An evaluation text for the quality step, uploaded on its own (the API's; the run form
+    takes one beside a run)."""
+    file = forms.FileField(help_text="UTF-8 plain text; the same text is stored once, under its SHA-256.")
+    name = TextField(max_length=200, required=False, help_text="Blank: the file's name.")
+
+    def __init__(self, *args, upload_refused: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.upload_refused = upload_refused
+        self.fields["file"].help_text += f" At most {settings.MAX_EVALUATION_TEXT_MIB} MiB."
+
+    def clean_file(self) -> dict:
+        if self.upload_refused:
+            raise forms.ValidationError(self.upload_refused)
+        return evaluation_text_upload(self.cleaned_data["file"])
+
+
+class RunFilterForm(forms.Form):
+    """The runs list's filters, in the query string (a filtered list is a link to share); the
+    API's runs list reads the same ones. Named things are given by name, never database id, except
+    a variant (names repeat across models)."""
+
+    ARCHIVED = [("", "hide archived"), ("include", "show archived too"), ("only", "only archived")]
+    FLAGS = [("", "any"), ("none", "no validity flag"), ("any", "some validity flag")]
+
+    q = TextField(max_length=200, required=False, label="Title contains")
+    endpoint = NamedChoiceField(queryset=Endpoint.objects.none(), required=False, to_field_name="name")
+    model = NamedChoiceField(queryset=Variant.objects.none(), required=False, to_field_name="name")
+    variant = forms.ModelChoiceField(queryset=Variant.objects.none(), required=False)
+    host = NamedChoiceField(queryset=Variant.objects.none(), required=False, to_field_name="name")
+    backend = forms.ChoiceField(required=False, choices=())
+    status = forms.ChoiceField(required=False, choices=[("", "any")] + Run.STATUSES)
+    owner = NamedChoiceField(queryset=Variant.objects.none(), required=False, to_field_name="username",
+                                   label="Queued by")
+    mine = forms.BooleanField(required=False, label="Only mine")
+    created_after = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}),
+                                    help_text="Queued on or after this day.")
+    created_before = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}),
+                                     help_text="Queued on or before this day.")
+    flags = forms.ChoiceField(required=False, label="Validity flags", choices=())
+    archived = forms.ChoiceField(required=False, choices=ARCHIVED)
+
+    def __init__(self, *args, **kwargs):
+        from django.contrib.auth import get_user_model
+
+        from benchmarks.engine.validity import FLAG_NAMES
+        from benchmarks.models import Host, Model
+
+        super().__init__(*args, **kwargs)
+        self.fields["endpoint"].queryset = Endpoint.objects.only("id", "name")
+        self.fields["model"].queryset = Model.objects.only("id", "name")
+        self.fields["variant"].queryset = Variant.objects.select_related("model").only("id", "name", "model__name")
+        self.fields["host"].queryset = Host.objects.only("id", "name")
+        self.fields["owner"].queryset = get_user_model().objects.filter(runs__isnull=False).distinct().order_by(
+            "username")
+        self.fields["backend"].choices = [("", "any")] + list(backends.choices())
+        self.fields["flags"].choices = self.FLAGS + [(code, f"flagged: {name}") for code, name in FLAG_NAMES.items()]
+        for field in self.fields.values():
+            if isinstance(field, forms.ModelChoiceField):
+                field.empty_label = "any"
+
+    def _day(self, name: str):
+        day = self.cleaned_data.get(name)
+        if day and not 1900 <= day.year <= 9000:
+            raise forms.ValidationError("A day between the years 1900 and 9000.")
+        return day
+
+    def clean_created_after(self):
+        return self._day("created_after")
+
+    def clean_created_before(self):
+        return self._day("created_before")
+
+    def clean(self):
+        data = super().clean()
+        after, before = data.get("created_after"), data.get("created_before")
+        if after and before and after > before:
+            self.add_error("created_before", "The last day is before the first.")
+        return data
 class ApiTokenForm(forms.Form):
     name = TextField(max_length=100, help_text="What uses it, e.g. “CI on staging”: the list shows it.")

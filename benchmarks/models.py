@@ -420,7 +420,7 @@ class Run(models.Model):
                                                  validators=[MinValueValidator(1)])
     # Life cycle.
     status = models.CharField(max_length=20, choices=STATUSES, default=QUEUED, db_index=True)
-    created = models.DateTimeField(default=timezone.now, db_index=True)
+    created = models.DateTimeField(default=timezone.now)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
     progress_done = models.PositiveIntegerField(default=0)
@@ -436,9 +436,16 @@ class Run(models.Model):
     server_config = models.JSONField(default=dict, blank=True)  # endpoint id -> identity/config
     flags = models.JSONField(default=list, blank=True)  # validity flags of all levels
     worker = models.CharField(max_length=200, blank=True)  # which worker measured it
+    # Hidden from the runs list (its "show archived" filter shows it); the permalink still opens.
+    archived = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created"]
+        ordering = ["-created", "-id"]  # stable: two runs queued in one instant keep their order
+        indexes = [
+            # The runs list: newest first, a page at a time, archived ones usually left out.
+            models.Index(fields=["-created", "-id"], name="run_newest"),
+            models.Index(fields=["-created", "-id"], name="run_newest_unarchived", condition=Q(archived__isnull=True)),
+        ]
 
     def __str__(self):
         return self.title or self.untitled_name
@@ -717,6 +724,28 @@ class Comparison(models.Model):
 
     def get_absolute_url(self):
         return reverse("comparison-detail", args=[self.public_id])
+
+
+class DeletedRun(models.Model):
+    """What is left of a deleted run: its permalink answers 410 Gone with this, and the
+    comparisons that held it say which run was deleted and when (a decision finds it by the
+    public ids in its evidence links)."""
+
+    public_id = models.CharField(max_length=32, unique=True, editable=False)
+    name = models.CharField(max_length=300)
+    deleted = models.DateTimeField(default=timezone.now)
+    deleted_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    comparisons = models.ManyToManyField(Comparison, blank=True, related_name="deleted_runs")
+
+    class Meta:
+        ordering = ["-deleted"]
+
+    def __str__(self):
+        return f"run “{self.name}”"
+
+    @property
+    def note(self) -> str:
+        return f"Run “{self.name}” was deleted on {timezone.localtime(self.deleted):%Y-%m-%d %H:%M}."
 
 
 class Decision(models.Model):

@@ -12,7 +12,11 @@ from dataclasses import replace
 from typing import Callable
 from urllib.parse import urlsplit
 
-from django.db.models import QuerySet
+from datetime import datetime, time, timedelta
+
+from django.core.paginator import Page, Paginator
+from django.db import connection
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -23,7 +27,7 @@ from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value, ttft_by_turn
 from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
-from benchmarks.models import (ApiToken, Comparison, Decision, Endpoint, EvaluationText, ImportedReport, LevelResult,
+from benchmarks.models import (ApiToken, Comparison, Decision, DeletedRun, Endpoint, EvaluationText, ImportedReport, LevelResult,
                                QualityMeasurement, RequestRecord, Run, ServerRecipe)
 
 # What a permalink answers when no row has its id: the one not-found message of each kind.
@@ -33,20 +37,119 @@ NOT_FOUND = {ApiToken: "You have no API token with this id.", Run: "No run has t
 PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
+class RunGone(Exception):
+    """A permalink of a run that was deleted: answered 410 Gone (benchmarks.gone), not 404."""
+
+    def __init__(self, deleted: DeletedRun):
+        super().__init__(deleted.note)
+        self.deleted = deleted
+
+
 def by_public_id(queryset: QuerySet, public_id: str):
     """The row of `queryset` behind a permalink, or Http404 with its kind's message: the one way
-    every page answers not-found. An id we could never have made (too long, a NUL, stray
-    characters) is answered the same, without a query."""
+    every page answers not-found (RunGone for a run that was deleted). An id we could never have
+    made (too long, a NUL, stray characters) is answered the same, without a query."""
     if isinstance(public_id, str) and PUBLIC_ID.fullmatch(public_id):
         try:
             return queryset.get(public_id=public_id)
         except queryset.model.DoesNotExist:
-            pass
+            deleted = DeletedRun.objects.filter(public_id=public_id).first() if queryset.model is Run else None
+            if deleted is not None:
+                raise RunGone(deleted) from None
     raise Http404(NOT_FOUND[queryset.model])
 
 
-def run_list(*, limit: int = 200) -> QuerySet[Run]:
-    return Run.objects.select_related("owner").prefetch_related("endpoints")[:limit]
+RUN_LINK = re.compile(r"/r/([A-Za-z0-9_-]{1,32})/")
+
+
+def deleted_runs_linked(data) -> list[DeletedRun]:
+    """The deleted runs whose permalinks a stored document (a decision's result) links to: every
+    "url" in it, however deep. One query."""
+    ids, stack = set(), [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            url = item.get("url")
+            if isinstance(url, str) and (m := RUN_LINK.match(url)):
+                ids.add(m.group(1))
+            stack += item.values()
+        elif isinstance(item, list):
+            stack += item
+    return list(DeletedRun.objects.filter(public_id__in=ids)) if ids else []
+
+
+RUNS_PER_PAGE = 50
+
+
+def runs_filtered(filters: dict, *, user=None) -> QuerySet[Run]:
+    """The runs the list shows for RunFilterForm's cleaned data, newest first in a stable order
+    (created, then id). What a run measured is matched through its endpoints with EXISTS, so a
+    run of two matching endpoints is one row, without DISTINCT."""
+    runs = Run.objects.all()
+    archived = filters.get("archived") or ""
+    if archived == "only":
+        runs = runs.filter(archived__isnull=False)
+    elif archived != "include":
+        runs = runs.filter(archived__isnull=True)
+    if filters.get("q"):
+        runs = runs.filter(title__icontains=filters["q"])
+    through = Run.endpoints.through.objects.filter(run_id=OuterRef("pk"))
+    measured = {"endpoint": "endpoint", "model": "endpoint__variant__model", "variant": "endpoint__variant",
+                "host": "endpoint__host", "backend": "endpoint__backend"}
+    for name, lookup in measured.items():
+        if filters.get(name):
+            runs = runs.filter(Exists(through.filter(**{lookup: filters[name]})))
+    if filters.get("status"):
+        runs = runs.filter(status=filters["status"])
+    if filters.get("owner"):
+        runs = runs.filter(owner=filters["owner"])
+    if filters.get("mine") and user is not None:
+        runs = runs.filter(owner=user if user.is_authenticated else None)
+    zone = timezone.get_current_timezone()
+    if filters.get("created_after"):
+        runs = runs.filter(created__gte=datetime.combine(filters["created_after"], time.min, zone))
+    if filters.get("created_before"):
+        runs = runs.filter(created__lt=datetime.combine(filters["created_before"] + timedelta(days=1), time.min, zone))
+    flags = filters.get("flags") or ""
+    if flags == "none":
+        runs = runs.filter(flags=[])
+    elif flags == "any":
+        runs = runs.exclude(flags=[])
+    elif flags:
+        runs = runs.filter(_flagged(flags))
+    return runs.order_by("-created", "-id")
+
+
+def _flagged(code: str) -> Q:
+    if connection.vendor == "postgresql":
+        return Q(flags__contains=[{"code": code}])  # jsonb @>
+    return Q(flags__icontains=f'"code": "{code}"')  # SQLite has no JSON containment: the stored text
+
+
+def run_list_page(runs: QuerySet[Run], page_number) -> Page:
+    """One page of the runs list, with what its rows show (owner, endpoints) read in two queries."""
+    runs = runs.select_related("owner").prefetch_related(
+        Prefetch("endpoints", queryset=Endpoint.objects.only("id", "name").order_by("name"))).defer(
+        "preflight", "server_config", "error", "dataset", "sweep")
+    return Paginator(runs, RUNS_PER_PAGE).get_page(page_number)
+
+
+def runs_picked(public_ids, *, limit: int) -> list[Run]:
+    """The runs selected for a comparison, in the order they were picked (at most `limit`, each
+    once), with their endpoints for their names."""
+    ids = list(dict.fromkeys(p for p in public_ids if isinstance(p, str) and PUBLIC_ID.fullmatch(p)))[:limit]
+    if not ids:
+        return []
+    rows = {r.public_id: r for r in Run.objects.filter(public_id__in=ids).prefetch_related(
+        Prefetch("endpoints", queryset=Endpoint.objects.only("id", "name").order_by("name"))).only(
+        "id", "public_id", "title", "created", "status", "load_mode", "concurrency_levels", "request_rates",
+        "arrivals", "max_concurrency")}
+    return [rows[p] for p in ids if p in rows]
+
+
+def run_manage_allowed(run: Run, user) -> bool:
+    """Who may archive or delete a run: the member who queued it, or staff."""
+    return user.is_authenticated and (user.is_staff or run.owner_id == user.pk)
 
 
 def runs_in_flight(user) -> int:

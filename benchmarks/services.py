@@ -33,7 +33,7 @@ from benchmarks.engine.server_metrics import ServerSummary, server_identity
 from benchmarks.engine.validity import level_flags, merge
 from benchmarks.importers import parse_report, v100_writeup_reports
 from benchmarks.lab import services as lab_services
-from benchmarks.models import (ApiToken, Comparison, Endpoint, EvaluationText, Gpu, Host, ImportedReport, LevelResult,
+from benchmarks.models import (ApiToken, Comparison, DeletedRun, Endpoint, EvaluationText, Gpu, Host, ImportedReport, LevelResult,
                                QualityMeasurement, RequestRecord, Run, ServerLaunch, endpoint_addresses)
 from benchmarks.selectors import quality_problems, runs_in_flight
 
@@ -146,6 +146,31 @@ def run_cancel(*, run: Run) -> bool:
     changed = Run.objects.filter(id=run.id, status__in=[Run.QUEUED, Run.RUNNING]).update(
         status=Run.CANCELLED, finished=timezone.now(), progress_note="cancelled by a user")
     return bool(changed)
+
+
+def run_archive(*, run: Run, archived: bool = True) -> None:
+    """Hide a run from the lists (or show it again); its permalink and comparisons are unchanged."""
+    run.archived = (run.archived or timezone.now()) if archived else None
+    Run.objects.filter(id=run.id).update(archived=run.archived)
+
+
+class RunInFlight(ValidationError):
+    """A queued or running run cannot be deleted: a worker may be storing its levels."""
+
+
+@transaction.atomic
+def run_delete(*, run: Run, by) -> DeletedRun:
+    """Delete a finished run and everything measured in it; what is left is its tombstone: the
+    permalink answers 410 Gone with it and the comparisons that held the run name it."""
+    locked = Run.objects.select_for_update().filter(id=run.id).first()
+    if locked is None:
+        raise RunInFlight("This run was deleted already.")
+    if not locked.is_finished:
+        raise RunInFlight(f"This run is {locked.status}: cancel it first, then delete it.")
+    deleted = DeletedRun.objects.create(public_id=locked.public_id, name=str(locked)[:300], deleted_by=by)
+    deleted.comparisons.set(locked.comparisons.all())
+    locked.delete()
+    return deleted
 
 
 def run_execute(*, run_id: int, worker: str = "") -> None:

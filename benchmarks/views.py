@@ -3,7 +3,7 @@ from typing import Callable
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -14,7 +14,7 @@ from benchmarks.compare import (differences, quality_csv, quality_sentences, qua
 from benchmarks.decorators import hides_addresses, permalink
 from benchmarks.engine import catalogue
 from benchmarks.engine.metrics import request_value
-from benchmarks.forms import ApiTokenForm, ComparisonForm, ImportForm, RunForm
+from benchmarks.forms import MAX_COMPARED_RUNS, ApiTokenForm, ComparisonForm, ImportForm, RunFilterForm, RunForm
 from benchmarks.importers import ReportFormatError
 from benchmarks.lab import selectors as lab_selectors
 from benchmarks.models import ApiToken, Run
@@ -29,8 +29,23 @@ def not_found(request, exception):
 
 @login_required
 def run_list(request):
-    return render(request, "benchmarks/run_list.html", {"runs": selectors.run_list(),
-                                                        "reports": selectors.report_list()})
+    """Every run, a page at a time, filtered by the query string (a filtered list is a link to
+    share); ticked runs travel in it too (`runs`), page to page, to the comparison form."""
+    form = RunFilterForm(request.GET)
+    form.is_valid()  # a filter with a wrong value says so beside it; the others still apply
+    page = selectors.run_list_page(selectors.runs_filtered(form.cleaned_data, user=request.user),
+                                   request.GET.get("page"))
+    asked = request.GET.getlist("runs")
+    picked = selectors.runs_picked(asked, limit=MAX_COMPARED_RUNS)
+    if len(set(asked)) > MAX_COMPARED_RUNS:
+        messages.warning(request, f"A comparison holds at most {MAX_COMPARED_RUNS} runs: the first "
+                                  f"{MAX_COMPARED_RUNS} picked are kept.")
+    on_page = {run.public_id for run in page}
+    return render(request, "benchmarks/run_list.html", {
+        "form": form, "page": page, "picked": picked, "picked_ids": {r.public_id for r in picked},
+        "picked_elsewhere": [r for r in picked if r.public_id not in on_page], "max_picked": MAX_COMPARED_RUNS,
+        "filtered": any(form.cleaned_data.get(name) for name in form.fields),
+        "reports": selectors.report_list()})
 
 
 @login_required
@@ -85,6 +100,7 @@ def run_detail(request, public_id: str):
                                      hide_addresses=hide),
         "hide_addresses": hide,
         "can_cancel": selectors.run_cancel_allowed(run, request.user),
+        "can_manage": selectors.run_manage_allowed(run, request.user),
         "quality": selectors.quality_section(run, hide_addresses=hide),
         "definitions": selectors.run_definitions(run),
         "chart_list": [(name, chart.title) for name, chart in CHARTS.items()
@@ -101,6 +117,43 @@ def run_progress(request, public_id: str):
         "total": run.progress_total, "percent": run.progress_percent, "note": run.progress_note,
         "levels": run.levels.count(),
     })
+
+
+def _managed_run(request, public_id: str) -> Run:
+    """The run an archive or delete acts on; 403 for anyone but its owner and staff."""
+    run = selectors.run_by_public_id(public_id)
+    if not selectors.run_manage_allowed(run, request.user):
+        raise PermissionDenied("Only the member who queued this run, or a staff member, can archive or delete it.")
+    return run
+
+
+@login_required
+@require_POST
+def run_archive(request, public_id: str):
+    run = _managed_run(request, public_id)
+    archive = request.POST.get("archived", "1") != "0"
+    services.run_archive(run=run, archived=archive)
+    messages.info(request, "Run archived: the runs list hides it unless “show archived” is chosen." if archive
+                  else "Run shown in the runs list again.")
+    return redirect(run)
+
+
+@login_required
+def run_delete(request, public_id: str):
+    """A confirm page (GET), then the deletion (POST)."""
+    run = _managed_run(request, public_id)
+    error = ""
+    if request.method == "POST":
+        try:
+            deleted = services.run_delete(run=run, by=request.user)
+        except services.RunInFlight as exc:
+            error = " ".join(exc.messages)
+        else:
+            messages.info(request, f"{deleted.note} Its permalink now answers that it was deleted.")
+            return redirect("run-list")
+    return render(request, "benchmarks/run_delete.html", {
+        "run": run, "error": error, "comparisons": run.comparisons.count(), "levels": run.levels.count()},
+        status=409 if error else 200)
 
 
 @login_required
@@ -259,9 +312,10 @@ def import_detail(request, public_id: str):
 # ---------------------------------------------------------------- comparisons
 @login_required
 def comparison_new(request):
-    initial = {"runs": [r for r in request.GET.getlist("runs") if r.isdigit()],
-               "reports": [r for r in request.GET.getlist("reports") if r.isdigit()]}
-    form = ComparisonForm(request.POST or None, initial=initial)
+    """The runs picked on the runs list (?runs=public ids) and reports to add beside them."""
+    picked = request.GET.getlist("runs")[:MAX_COMPARED_RUNS * 2]
+    initial = {"runs": picked, "reports": request.GET.getlist("reports")[:100]}
+    form = ComparisonForm(request.POST or None, initial=initial, picked=picked)
     if request.method == "POST" and form.is_valid():
         comparison = services.comparison_create(owner=request.user, **form.cleaned_data)
         return redirect(comparison)
@@ -275,7 +329,7 @@ def comparison_detail(request, public_id: str):
     series = selectors.comparison_series(comparison, members)
     quality = selectors.comparison_quality(comparison, members, hide_addresses=hides_addresses(request))
     return render(request, "benchmarks/comparison_detail.html", {
-        "comparison": comparison, "series": series, "warnings": differences(series),
+        "comparison": comparison, "series": series, "deleted_runs": comparison.deleted_runs.all(), "warnings": differences(series),
         "ratios": ratio_sentences(series), "figures": catalogue.COMPARISON_TABLE,
         "quality": quality_table(quality), "quality_sentences": quality_sentences(quality),
         "quality_figures": catalogue.COMPARISON_QUALITY, "startup": startup_table(series),

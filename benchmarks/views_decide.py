@@ -54,6 +54,7 @@ def decision_detail(request, public_id: str):
     decision = selectors.decision_by_public_id(public_id)
     return render(request, "benchmarks/decision_detail.html", {
         "decision": decision, "d": presenter.decision_display(decision.result),
+        "deleted_runs": selectors.deleted_runs_linked(decision.result),
         "measure_next": presenter.measure_next_links(decision.result),
         "measure_this": presenter.measure_this_link(decision.result),
         "permalink": request.build_absolute_uri(decision.get_absolute_url()),

@@ -217,3 +217,60 @@ def quality_run(sharpness=(("fp16", 0.05), ("fp8", 0.055), ("q4", 0.1)), *, erro
     for name, error in errors.items():
         quality_store(run=run, endpoint=endpoints[name], error=error)
     return run, results
+
+
+# Months of runs, made in a few queries (bulk_create): what a team's lab holds after a season.
+WORKLOADS = ((128, 64), (512, 128), (2048, 256), (512, 512))
+LEVEL_SETS = ((1, 8), (1, 8, 16, 32), (1, 4, 16, 64), (1,))
+STATUS_MIX = (Run.SUCCEEDED,) * 14 + (Run.PARTIAL, Run.FAILED, Run.CANCELLED, Run.QUEUED)
+TITLES = ("nightly {e}", "release check {e}", "", "", "upgrade to {e} build {i}", "")
+
+
+def bulk_runs(n, endpoints, owners, *, start=None, minutes_apart=20, template=None, seed=1, **fields):
+    """`n` runs, newest last, `minutes_apart` apart from `start`: each of one or two of
+    `endpoints` (the i-th run's first endpoint is endpoints[i % len]), queued by owners[i % len],
+    with the workloads, load levels, statuses and titles of a real lab (a few flagged runs, a few
+    archived). `template`: a measured run whose levels (real engine output) every finished run
+    stores a copy of, per endpoint and level, as a lab's database holds them. `fields` set on all."""
+    import random
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from benchmarks.models import LevelResult
+
+    rng = random.Random(seed)
+    start = start or timezone.now() - timedelta(minutes=minutes_apart * n)
+    rows, chosen = [], []
+    for i in range(n):
+        prompt, output = WORKLOADS[i % len(WORKLOADS)]
+        status = fields.get("status") or STATUS_MIX[rng.randrange(len(STATUS_MIX))]
+        created = start + timedelta(minutes=minutes_apart * i)
+        picked = [endpoints[i % len(endpoints)]] + ([endpoints[(i + 1) % len(endpoints)]]
+                                                    if len(endpoints) > 1 and i % 3 == 0 else [])
+        flags = [{"code": "few_samples", "reason": "Only 12 completed requests: p99 needs at least 100 to mean much."}] \
+            if i % 7 == 0 and status != Run.QUEUED else []
+        finished = status in Run.FINISHED
+        rows.append(Run(**{
+            "owner": owners[i % len(owners)], "title": TITLES[i % len(TITLES)].format(e=picked[0].name, i=i),
+            "prompt_tokens": prompt, "output_tokens": output, "temperature": 0.7,
+            "concurrency_levels": list(LEVEL_SETS[i % len(LEVEL_SETS)]), "requests_per_level": 100,
+            "warmup_requests": 1, "created": created, "started": created if finished else None,
+            "finished": created + timedelta(minutes=minutes_apart // 2) if finished else None,
+            "progress_total": 100, "progress_done": 100 if finished else 0, "flags": flags,
+            "archived": created + timedelta(days=1) if i % 50 == 49 else None, **fields, "status": status}))
+        chosen.append(picked)
+    runs = Run.objects.bulk_create(rows, batch_size=2000)
+    through = Run.endpoints.through
+    through.objects.bulk_create([through(run_id=r.id, endpoint_id=e.id) for r, es in zip(runs, chosen) for e in es],
+                                batch_size=5000)
+    if template is not None:
+        levels = list(template.levels.order_by("endpoint_id", "level_index"))
+        levels = [lv for lv in levels if lv.endpoint_id == levels[0].endpoint_id]  # one endpoint's levels
+        copies = [LevelResult(run=r, endpoint=e, level_index=lv.level_index, concurrency=lv.concurrency,
+                              started_at=r.created, wall_s=lv.wall_s, completed=lv.completed, failed=lv.failed,
+                              summary=lv.summary, client=lv.client, flags=lv.flags)
+                  for r, es in zip(runs, chosen) if r.status in Run.FINISHED for e in es
+                  for lv in levels]
+        LevelResult.objects.bulk_create(copies, batch_size=5000)
+    return runs

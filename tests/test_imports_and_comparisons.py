@@ -73,7 +73,7 @@ def test_a_comparison_puts_measured_beside_published_with_ratios_and_warnings(cl
     run = measured_run([llama], levels=(1, 8), prompt_tokens=512, tokens=100)
     vllm_pub = ImportedReport.objects.get(kind="published", backend="vllm", quantization="fp8_e4m3")
     client.force_login(user())
-    r = client.post(reverse("comparison-new"), {"runs": [run.id], "reports": [vllm_pub.id], "title": "FP8 vs Q4"})
+    r = client.post(reverse("comparison-new"), {"runs": [run.public_id], "reports": [vllm_pub.public_id], "title": "FP8 vs Q4"})
     comparison = Comparison.objects.get()
     assert r.url == comparison.get_absolute_url()
     client.logout()
@@ -95,7 +95,7 @@ def test_comparing_across_workloads_warns(client):
     a = measured_run([endpoint(name="a")], levels=(1,), requests=3, prompt_tokens=512)
     b = measured_run([endpoint(name="b")], levels=(1,), requests=3, prompt_tokens=2048)
     client.force_login(user())
-    client.post(reverse("comparison-new"), {"runs": [a.id, b.id]})
+    client.post(reverse("comparison-new"), {"runs": [a.public_id, b.public_id]})
     page = client.get(Comparison.objects.get().get_absolute_url()).content.decode()
     assert "Different prompt tokens" in page
 

@@ -47,8 +47,8 @@ def test_an_imported_vllm_result_shows_up_in_a_comparison(page, live_server):
     page.fill("input[name=title]", "vLLM FP8 from bench serve")
     page.click("button:has-text('Import')")
     assert "not measured here" in page.locator("#provenance").inner_text()
-    page.goto(live_server.url + "/compare/")
-    page.check(f"input[name=runs][value='{run.id}']")
+    page.goto(live_server.url + f"/compare/?runs={run.public_id}")  # as the runs list's Compare selected sends it
+    page.check(f"input[name=runs][value='{run.public_id}']")
     page.check("text=vLLM FP8 from bench serve")
     page.click("button:has-text('Compare')")
     page.wait_for_selector("#series")

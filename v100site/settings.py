@@ -100,6 +100,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "v100site.security.ContentSecurityPolicyMiddleware",
+    "benchmarks.gone.RunGoneMiddleware",  # a deleted run's permalink: 410 Gone, page or JSON
     # Refuses a too-large body before anything reads it (no middleware above does; CSRF's
     # process_view and the views come later), with the headers of the middleware above.
     "benchmarks.uploads.RequestSizeLimitMiddleware",

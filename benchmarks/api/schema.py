@@ -25,6 +25,7 @@ def run_status(run: Run, request) -> dict:
         "progress": {"done": run.progress_done, "total": run.progress_total, "percent": run.progress_percent,
                      "note": run.progress_note},
         "error": selectors.run_error(run, hide_addresses=hide), "flags": run.flags,
+        "archived": run.archived.isoformat() if run.archived else None,
         "permalink": request.build_absolute_uri(run.get_absolute_url()),
         "links": {"self": base, "results": base + "results/", "requests": base + "requests/",
                   "cancel": base + "cancel/"},
@@ -63,6 +64,7 @@ class RunStatus(serializers.Serializer):
     progress = Progress()
     error = serializers.CharField()
     flags = serializers.ListField(child=serializers.DictField())
+    archived = serializers.DateTimeField(allow_null=True, help_text="When it was archived (hidden from lists)")
     permalink = serializers.URLField()
     links = serializers.DictField(child=serializers.URLField())
 
@@ -206,6 +208,76 @@ class ReportSerializer(serializers.Serializer):
     permalink = serializers.URLField()
 
 
+class DeletedRunSerializer(serializers.Serializer):
+    public_id = serializers.CharField()
+    name = serializers.CharField()
+    deleted = serializers.DateTimeField()
+    note = serializers.CharField()
+
+
+class Gone(serializers.Serializer):
+    """A deleted run's permalink (410)."""
+    error = serializers.CharField()
+    public_id = serializers.CharField()
+    deleted = serializers.DateTimeField()
+
+
+class ArchiveRequest(serializers.Serializer):
+    archived = serializers.BooleanField(required=False, default=True, help_text="false: show it in the lists again")
+
+
+class ComparisonRequest(serializers.Serializer):
+    title = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    runs = serializers.ListField(child=serializers.CharField(), required=False, help_text="Finished runs' public ids")
+    reports = serializers.ListField(child=serializers.CharField(), required=False,
+                                    help_text="Imported or published reports' public ids")
+
+
+class EvaluationTextSerializer(serializers.Serializer):
+    public_id = serializers.CharField()
+    name = serializers.CharField()
+    sha256 = serializers.CharField()
+    characters = serializers.IntegerField()
+    created = serializers.DateTimeField()
+
+
+def evaluation_text(text) -> dict:
+    return {"public_id": text.public_id, "name": text.name, "sha256": text.sha256, "characters": len(text.text),
+            "created": text.created.isoformat()}
+
+
+def evaluation_text_request() -> type[serializers.Serializer]:
+    from benchmarks.forms import EvaluationTextForm
+
+    fields = EvaluationTextForm.base_fields
+    return type("EvaluationTextRequest", (serializers.Serializer,), {
+        "file": serializers.FileField(help_text=str(fields["file"].help_text)),
+        "name": serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                      help_text=str(fields["name"].help_text))})
+
+
+def run_filter_parameters() -> list:
+    """The runs list's filters as OpenAPI query parameters (RunFilterForm validates them)."""
+    from drf_spectacular.utils import OpenApiParameter
+
+    from benchmarks.engine import backends
+    from benchmarks.engine.validity import FLAG_NAMES
+    from benchmarks.forms import RunFilterForm
+
+    enums = {"status": [s for s, _ in Run.STATUSES], "backend": [b for b, _ in backends.choices()],
+             "flags": [v for v, _ in RunFilterForm.FLAGS if v] + list(FLAG_NAMES),
+             "archived": [v for v, _ in RunFilterForm.ARCHIVED if v]}
+    out = []
+    for name, field in RunFilterForm.base_fields.items():
+        kind = bool if isinstance(field, forms.BooleanField) else str
+        extra = {"enum": enums[name]} if name in enums else {}
+        if isinstance(field, forms.DateField):
+            extra = {"type": {"type": "string", "format": "date"}}
+        out.append(OpenApiParameter(name, extra.pop("type", kind), description=str(field.help_text or field.label or
+                                                                               name), **extra))
+    return out
+
+
 class ComparisonSerializer(serializers.Serializer):
     public_id = serializers.CharField()
     title = serializers.CharField()
@@ -215,6 +287,7 @@ class ComparisonSerializer(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.CharField())
     ratios = serializers.ListField(child=serializers.CharField())
     throughput_chart = serializers.URLField()
+    deleted_runs = DeletedRunSerializer(many=True, help_text="Runs it held that were deleted since")
 
 
 def import_request() -> type[serializers.Serializer]:

@@ -6,7 +6,7 @@ from functools import wraps
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.http import JsonResponse
+from django.http import JsonResponse, QueryDict
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -23,7 +23,7 @@ from benchmarks.api.conventions import Pages
 from benchmarks.api.payloads import RunPayloadError, run_form_data
 from benchmarks.decorators import hides_addresses
 from benchmarks.compare import differences, ratio_sentences
-from benchmarks.forms import ImportForm, RunForm
+from benchmarks.forms import ComparisonForm, EvaluationTextForm, ImportForm, RunFilterForm, RunForm
 from benchmarks.importers import ReportFormatError
 from benchmarks.models import Host, Model, RequestRecord, Run
 
@@ -53,27 +53,27 @@ def _form_errors(form) -> dict:
 
 # --- runs -------------------------------------------------------------------------------------
 
-@extend_schema(methods=["GET"], operation_id="runs_list", summary="The latest runs, newest first", responses=schema.RunPage,
-               parameters=[OpenApiParameter("status", str, enum=[s for s, _ in Run.STATUSES]),
-                           OpenApiParameter("mine", bool, description="Only the runs this token's member queued."),
-                           OpenApiParameter("page", int), OpenApiParameter("page_size", int)])
+@extend_schema(methods=["GET"], operation_id="runs_list", summary="Runs, newest first, filtered as on the runs list",
+               responses={200: schema.RunPage, 400: schema.Error},
+               description="The runs list's filters (archived runs are left out unless `archived` says otherwise), "
+                           "a page at a time in a stable order (created, then id).",
+               parameters=schema.run_filter_parameters() + [OpenApiParameter("page", int),
+                                                            OpenApiParameter("page_size", int)])
 @extend_schema(methods=["POST"], operation_id="runs_create", summary="Queue a run", request=schema.run_request(),
                description="Validated by the run form of the page, with its messages. Fields left out take the "
                            "form's defaults; `endpoints` are names (or ids); levels, rates and speed-ups may be lists; a "
-                           'file (prompts, a trace, an evaluation text) is {"name": ..., "content": "its text"}.',
+                           'file (prompts, a trace, an evaluation text) is {"name": ..., "content": "its text"}; `quality_text` is the '
+                           "public id of an uploaded evaluation text.",
                responses={201: schema.RunStatus, 400: schema.Error})
 @api_view(["GET", "POST"])
 def runs(request):
     if request.method == "POST":
         return _run_create(request)
-    queryset = Run.objects.select_related("owner").order_by("-created")
-    status = request.query_params.get("status")
-    if status:
-        if status not in dict(Run.STATUSES):
-            raise exceptions.ValidationError({"status": [f"one of {', '.join(dict(Run.STATUSES))}"]})
-        queryset = queryset.filter(status=status)
-    if request.query_params.get("mine") in ("1", "true", "yes"):
-        queryset = queryset.filter(owner=request.user)
+    form = RunFilterForm(request.query_params)
+    if not form.is_valid():
+        raise exceptions.ValidationError(_form_errors(form))
+    queryset = selectors.runs_filtered(form.cleaned_data, user=request.user).select_related("owner").defer(
+        "preflight", "server_config", "dataset", "sweep")
     pages = Pages()
     page = pages.paginate_queryset(queryset, request)
     return pages.get_paginated_response([schema.run_status(run, request) for run in page])
@@ -95,10 +95,49 @@ def _run_create(request):
                     headers={"Location": request.build_absolute_uri(f"/api/v1/runs/{run.public_id}/")})
 
 
-@extend_schema(summary="A run's status and progress", responses=schema.RunStatus)
-@permalink_read
+@extend_schema(methods=["GET"], summary="A run's status and progress",
+               responses={200: schema.RunStatus, 404: schema.Error, 410: schema.Gone})
+@extend_schema(methods=["DELETE"], summary="Delete a finished run and everything measured in it",
+               description="Its owner or staff. Its permalink then answers 410 Gone; comparisons that held it "
+                           "name it as deleted.",
+               responses={204: None, 403: schema.Error, 404: schema.Error, 409: schema.Error, 410: schema.Gone})
+@api_view(["GET", "DELETE"])
+@permission_classes([AllowAny])
 def run_detail(request, public_id: str):
+    if request.method == "DELETE":
+        if not request.user.is_authenticated:
+            raise exceptions.NotAuthenticated("authentication required: send an API token")
+        run = _managed_run(request, public_id)
+        try:
+            services.run_delete(run=run, by=request.user)
+        except services.RunInFlight as exc:
+            return Response({"error": " ".join(exc.messages)}, status=409)
+        return Response(status=204)
+    if settings.PERMALINKS_REQUIRE_LOGIN and not request.user.is_authenticated:
+        raise exceptions.NotAuthenticated("authentication required: send an API token")
     return Response(schema.run_status(selectors.run_by_public_id(public_id), request))
+
+
+def _managed_run(request, public_id: str) -> Run:
+    run = selectors.run_by_public_id(public_id)
+    if not selectors.run_manage_allowed(run, request.user):
+        raise exceptions.PermissionDenied("Only the member who queued this run, or a staff member, can archive or "
+                                          "delete it.")
+    return run
+
+
+@extend_schema(summary="Archive a run (hidden from the lists) or show it again", request=schema.ArchiveRequest,
+               responses={200: schema.RunStatus, 400: schema.Error, 403: schema.Error, 404: schema.Error,
+                          410: schema.Gone})
+@api_view(["POST"])
+def run_archive(request, public_id: str):
+    run = _managed_run(request, public_id)
+    body = request.data if isinstance(request.data, dict) else None
+    archived = True if body is None or "archived" not in body else body["archived"]
+    if body is None or not isinstance(archived, bool) or set(body) - {"archived"}:
+        raise exceptions.ValidationError({"archived": ["Send {\"archived\": true} or {\"archived\": false}."]})
+    services.run_archive(run=run, archived=archived)
+    return Response(schema.run_status(run, request))
 
 
 @extend_schema(summary="A run's results: its export without the requests (those are paginated)",
@@ -184,14 +223,62 @@ def imports(request):
     return Response(schema.report(report, request), status=201)
 
 
+@extend_schema(summary="Save a comparison of runs and reports", request=schema.ComparisonRequest,
+               description="Validated by the comparison form of the page, with its messages: runs and reports by "
+                           "public id, finished runs only, at least one of either.",
+               responses={201: schema.ComparisonSerializer, 400: schema.Error})
+@api_view(["POST"])
+def comparisons(request):
+    body = request.data
+    if not isinstance(body, dict) or set(body) - {"title", "runs", "reports"}:
+        raise exceptions.ValidationError({"__all__": ["Send a JSON object with title, runs and reports (public ids)."]})
+    data = QueryDict(mutable=True)
+    for name in ("runs", "reports"):
+        values = body.get(name, [])
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise exceptions.ValidationError({name: ["Send a list of public ids."]})
+        data.setlist(name, values)
+    title = body.get("title", "")
+    if not isinstance(title, str):
+        raise exceptions.ValidationError({"title": ["Send text."]})
+    data["title"] = title
+    form = ComparisonForm(data)
+    if not form.is_valid():
+        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+    comparison = services.comparison_create(owner=request.user, **form.cleaned_data)
+    return Response(_comparison(comparison, request), status=201,
+                    headers={"Location": request.build_absolute_uri(f"/api/v1/comparisons/{comparison.public_id}/")})
+
+
+@extend_schema(summary="Upload an evaluation text for the quality step",
+               description="Stored once per content (its SHA-256): the same text again answers the row stored "
+                           "first. A run uses it as `quality_text` (its public id).",
+               request={"multipart/form-data": schema.evaluation_text_request()},
+               responses={201: schema.EvaluationTextSerializer, 400: schema.Error})
+@api_view(["POST"])
+@parser_classes([MultiPartParser])
+def evaluation_texts(request):
+    form = EvaluationTextForm(request.POST, request.FILES,
+                              upload_refused=getattr(request._request, "upload_refused", ""))
+    if not form.is_valid():
+        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+    upload = form.cleaned_data["file"]
+    text = services.evaluation_text_store(owner=request.user, name=form.cleaned_data["name"].strip() or upload["name"],
+                                          text=upload["text"])
+    return Response(schema.evaluation_text(text), status=201)
+
+
 @extend_schema(summary="A comparison: its members, the warnings on what differs, the ratios in words",
                responses=schema.ComparisonSerializer)
 @permalink_read
 def comparison_detail(request, public_id: str):
-    comparison = selectors.comparison_by_public_id(public_id)
+    return Response(_comparison(selectors.comparison_by_public_id(public_id), request))
+
+
+def _comparison(comparison, request) -> dict:
     runs, reports = members = selectors.comparison_members(comparison)
     series = selectors.comparison_series(comparison, members)
-    return Response({
+    return {
         "public_id": comparison.public_id, "title": comparison.title,
         "permalink": request.build_absolute_uri(comparison.get_absolute_url()),
         "runs": [schema.run_status(run, request) for run in runs],
@@ -199,4 +286,6 @@ def comparison_detail(request, public_id: str):
         "warnings": differences(series), "ratios": [r["text"] for r in ratio_sentences(series)],
         "throughput_chart": request.build_absolute_uri(
             reverse("comparison-chart", args=[comparison.public_id, "json"])),
-    })
+        "deleted_runs": [{"public_id": d.public_id, "name": d.name, "deleted": d.deleted.isoformat(), "note": d.note}
+                         for d in comparison.deleted_runs.all()],
+    }

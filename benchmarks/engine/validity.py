@@ -26,6 +26,14 @@ THRESHOLDS = {
     "min_samples": {"p50": 5, "p90": 20, "p99": 100},
 }
 
+# Every flag code the checks below raise, named in a few words (the runs list filters by them).
+FLAG_NAMES = {
+    "error_rate": "many requests failed", "stopped_short": "output stopped short",
+    "prompt_drift": "prompt length drifted", "few_samples": "few samples", "client_saturated": "client saturated",
+    "host_busy": "measuring host busy", "server_busy": "server already busy", "ecc": "ECC errors",
+    "throttled": "GPU throttled", "hot": "GPU hot",
+}
+
 
 @dataclass
 class Flag:
