@@ -357,3 +357,8 @@ def test_the_api_uploads_an_evaluation_text_a_run_then_uses(client):
                     content_type="application/json", **token)
     assert r.status_code == 201, r.json()
     assert Run.objects.get(public_id=r.json()["public_id"]).quality_text.public_id == body["public_id"]
+
+
+def test_an_api_address_with_a_newline_is_a_json_404(client):
+    r = client.delete("/api/v1/runs/a%0Ab/", **_token("alice"))
+    assert r.status_code == 404 and r.json()["error"].startswith("no API route")

@@ -21,5 +21,5 @@ urlpatterns = [
     path("hosts/", views.hosts, name="api-hosts"),
     path("models/", views.models, name="api-models"),
     path("decide/", views_decide.decision_api, name="api-decide"),
-    re_path(r"^.*$", views.not_found),
+    re_path(r"^[\s\S]*$", views.not_found),  # any address, a newline in it too
 ]
