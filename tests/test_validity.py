@@ -3,7 +3,7 @@ import pytest
 from benchmarks.engine import gpu as gpu_telemetry
 from benchmarks.engine.gpu import GpuSample
 from benchmarks.engine.metrics import RequestResult, level_wall_time, summarize_level
-from benchmarks.engine.validity import level_flags, merge
+from benchmarks.engine.validity import FLAG_NAMES, level_flags, merge
 
 
 def codes(flags):
@@ -58,6 +58,7 @@ def test_each_check_raises_its_flag_with_a_reason(summary, kwargs, code):
     flags = level_flags(summary, **kwargs)
     assert code in codes(flags)
     assert all(f.reason for f in flags)
+    assert codes(flags) <= set(FLAG_NAMES)  # the runs list can filter by every code raised
 
 
 def test_idle_and_boost_clocks_are_not_throttling():
