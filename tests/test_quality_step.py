@@ -73,7 +73,7 @@ def test_an_uploaded_text_that_is_not_utf8_empty_or_too_large_is_refused_on_its_
     assert "greek.txt is 1,048,577 bytes; an evaluation text may be at most 1 MiB." in errors(form(e, {"quality_text_file": big}),
                                                                             "quality_text_file")
     stored = EvaluationText.objects.create(name="kept", sha256="0" * 64, text="some words")
-    assert "not both" in errors(form(e, {"quality_text_file": upload("x y")}, quality_text=stored.id),
+    assert "not both" in errors(form(e, {"quality_text_file": upload("x y")}, quality_text=stored.public_id),
                                 "quality_text_file")
     assert EvaluationText.objects.count() == 1
 
