@@ -39,3 +39,24 @@ def test_runs_picked_on_two_pages_compare_and_the_list_fits_1366_pixels(browser,
     comparison = Comparison.objects.get(title="picked on two pages")
     assert set(comparison.runs.values_list("public_id", flat=True)) == {newest.public_id, oldest.public_id}
     assert page.js_errors == []
+
+
+def test_an_owner_archives_then_deletes_a_run_from_its_page(browser, live_server):
+    page = browser.new_page(viewport=SCREENS["1366"])
+    log_in(page, live_server, path="/")
+    alice = get_user_model().objects.get(username="alice")
+    run = bulk_runs(1, [endpoint(name="sim-one")], [alice], status=Run.SUCCEEDED, title="to be deleted")[0]
+    page.goto(live_server.url + run.get_absolute_url())
+    page.click("#manage button:has-text('Archive')")
+    assert "Archived on" in page.locator("#archived-banner").inner_text()
+    assert page.evaluate(OVERFLOW) == []
+    page.goto(live_server.url + "/")
+    assert page.locator(f"#run-{run.public_id}").count() == 0  # hidden from the list
+    page.goto(live_server.url + "/?archived=only")
+    assert page.locator(f"#run-{run.public_id}").count() == 1
+    page.goto(live_server.url + run.get_absolute_url())
+    page.click("#delete-link")
+    page.click("#confirm-delete")
+    assert "was deleted on" in page.locator(".message").first.inner_text()
+    response = page.goto(live_server.url + run.get_absolute_url())
+    assert response.status == 410 and "Run “to be deleted” was deleted on" in page.locator("#gone").inner_text()
