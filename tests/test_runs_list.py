@@ -362,3 +362,20 @@ def test_the_api_uploads_an_evaluation_text_a_run_then_uses(client):
 def test_an_api_address_with_a_newline_is_a_json_404(client):
     r = client.delete("/api/v1/runs/a%0Ab/", **_token("alice"))
     assert r.status_code == 404 and r.json()["error"].startswith("no API route")
+
+
+@pytest.mark.parametrize("who", ["anonymous", "revoked"])
+def test_the_new_api_routes_refuse_anonymous_and_revoked_tokens_with_json(client, owned, who):
+    headers = {}
+    if who == "revoked":
+        token, key = services.api_token_create(owner=user("alice"), name="old")
+        services.api_token_revoke(token=token)
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+    url = f"/api/v1/runs/{owned.public_id}/"
+    for method, path, body in (("post", url + "archive/", {"archived": True}), ("delete", url, None),
+                               ("post", "/api/v1/comparisons/", {"runs": [owned.public_id]}),
+                               ("post", "/api/v1/evaluation-texts/", {"name": "x"})):
+        r = getattr(client, method)(path, body, content_type="application/json", **headers)
+        assert r.status_code == 401 and r["Content-Type"] == "application/json" and r.json()["error"], (path, r)
+    owned.refresh_from_db()
+    assert owned.archived is None and not Comparison.objects.exists()
