@@ -379,3 +379,12 @@ def test_the_new_api_routes_refuse_anonymous_and_revoked_tokens_with_json(client
         assert r.status_code == 401 and r["Content-Type"] == "application/json" and r.json()["error"], (path, r)
     owned.refresh_from_db()
     assert owned.archived is None and not Comparison.objects.exists()
+
+
+def test_odd_filter_values_are_field_errors_on_the_page_and_the_api(client, lab):
+    client.force_login(lab["alice"])
+    for params in ({"variant": "9" * 30}, {"variant": "x"}, {"created_after": "9999-12-31"},
+                   {"owner": "nobody"}, {"q": "a\x00b"}, {"page": "-3", "archived": "sometimes"}):
+        page = client.get(reverse("run-list"), params)
+        assert page.status_code == 200 and page.context["form"].errors, params
+        assert client.get("/api/v1/runs/", params).status_code in (400, 404), params
