@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('benchmarks', '0010_run_dataset'),
+        ('benchmarks', '0011_arrivals_conversations'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
