@@ -3,6 +3,7 @@ import json
 from django import forms
 from django.contrib import admin, messages
 from django.db.models.constants import LOOKUP_SEP
+from django.template.loader import render_to_string
 
 from benchmarks import services
 from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, ServerRecipe, Variant
@@ -32,7 +33,7 @@ class HostAdmin(InventoryAdmin):
                     "interconnect", "probe_status", "probed_at")
     list_filter = ("interconnect", "driver_version")
     search_fields = ("name", "hostname", "gpus__name", "notes")
-    readonly_fields = ("probe_status", "probed_at")
+    readonly_fields = ("probe_status", "probed_at", "topology_matrix")
     inlines = [GpuInline]
     actions = ["probe_now"]
 
@@ -41,6 +42,11 @@ class HostAdmin(InventoryAdmin):
         asked = services.host_probe_request(hosts=queryset)
         self.message_user(request, f"Asked the workers of {asked} host(s) to probe their GPUs; "
                                    "the results appear here with the time they were probed.")
+
+    @admin.display(description="GPU topology")
+    def topology_matrix(self, host):
+        """The probe's topology as `nvidia-smi topo -m` lays it out, with its legend."""
+        return render_to_string("admin/benchmarks/topology.html", {"topology": host.topology_figures})
 
     @admin.display(description="GPUs")
     def gpu_summary(self, host):

@@ -12,14 +12,15 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
-from benchmarks.engine import backends
+from benchmarks.engine import backends, multi_gpu
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Target, Workload
 from benchmarks.engine.arrivals import ArrivalPattern
 from benchmarks.engine.conversations import Conversation
 from benchmarks.engine.datasets import Dataset
-from benchmarks.engine.gpu import GpuSummary
-from benchmarks.engine.launcher import PLACEHOLDERS, REFUSED_ENV, LaunchReport, ServerSpec, setting_label
+from benchmarks.engine.gpu import GpuSummary, Topology
+from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, REFUSED_ENV, LaunchReport, ServerSpec,
+                                        parse_gpus, setting_label)
 from benchmarks.engine.metrics import LevelSummary
 from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX, EvalText, builtin_text, scored_positions
 from benchmarks.engine.quality import QualityResult as QualityFigures
@@ -66,6 +67,8 @@ class Host(models.Model):
     notes = models.TextField(blank=True)
     probe_status = models.CharField(max_length=300, blank=True)
     probed_at = models.DateTimeField(null=True, blank=True)
+    # engine.gpu.Topology.to_dict(), written by the probe; read it as `topology_figures`.
+    topology = models.JSONField(default=dict, blank=True, editable=False)
     created = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -73,6 +76,10 @@ class Host(models.Model):
 
     def __str__(self):
         return self.name
+
+    @cached_property
+    def topology_figures(self) -> Topology:
+        return Topology.from_dict(self.topology)
 
     def save(self, *args, **kwargs):
         if not self.queue_name:
@@ -191,8 +198,11 @@ def _sweep_problem(sweep) -> str:
         return 'the sweep is an object of flags and their allowed values, e.g. {"--parallel": [4, 8, 16]}'
     settings_count = 1
     for flag, values in sweep.items():
-        if not flag.startswith("-") or len(flag) < 2 or any(c.isspace() for c in flag):
-            return f"{flag!r} is not a flag (it starts with - and has no spaces)"
+        if flag == GPUS_KEY:  # not a flag: which GPUs the server gets, each value a list such as "0,1"
+            if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+                return f'{GPUS_KEY}: the GPU lists are a non-empty list of strings, e.g. ["0", "0,1"]'
+        elif not flag.startswith("-") or len(flag) < 2 or any(c.isspace() for c in flag):
+            return f"{flag!r} is not a flag (it starts with - and has no spaces), or \"{GPUS_KEY}\""
         if not isinstance(values, list) or not values:
             return f"{flag}: the allowed values are a non-empty list, e.g. [4, 8, 16]"
         if len(values) > MAX_SWEEP_VALUES:
@@ -247,6 +257,10 @@ class ServerRecipe(models.Model):
         "setting sets the flag (replacing it in the arguments, or added). true: the flag alone, false: left out."))
     env = models.JSONField("environment variables", default=dict, blank=True,
                            help_text='e.g. {"VLLM_CPU_KVCACHE_SPACE": "4"}. LD_*, PYTHON* and PATH are refused.')
+    gpus = models.CharField("GPUs", max_length=100, blank=True, help_text=(
+        "The host's GPUs the server gets, by index as its probe lists them, e.g. 0 or 0,1 (set as "
+        "CUDA_VISIBLE_DEVICES, in PCI bus order). Blank: whatever the worker's environment gives. A sweep may "
+        'pick them too: {"gpus": ["0", "0,1"]}.'))
     listen_address = models.GenericIPAddressField(default="127.0.0.1", help_text=(
         "{host}: loopback unless the recipe says otherwise (and the host's LAB_LISTEN_ADDRESSES allows it)."))
     notes = models.TextField(blank=True)
@@ -277,12 +291,51 @@ class ServerRecipe(models.Model):
             bad = [k for k in self.env if not k.isidentifier() or REFUSED_ENV.match(k)]
             if bad:
                 errors["env"] = f"not allowed: {', '.join(bad)} (a name, and not LD_*, PYTHON* or PATH)"
+            elif GPU_ENV & set(self.env):
+                errors["env"] = "which GPUs the server gets is the GPUs field (or a sweep of \"gpus\"), not the environment"
+        problem = self._gpus_problem([self.gpus] if self.gpus else [])
+        if problem:
+            errors["gpus"] = problem
+        elif isinstance(self.sweep, dict) and isinstance(self.sweep.get(GPUS_KEY), list) and "sweep" not in errors:
+            problem = self._gpus_problem(self.sweep[GPUS_KEY])
+            if problem:
+                errors["sweep"] = f"{GPUS_KEY}: {problem}"
+        if not errors:
+            lists = [parse_gpus(v) for v in (self.sweep or {}).get(GPUS_KEY) or []] or [self.gpu_indices()]
+            problem = multi_gpu.problem(self.backend, self.args, self.sweep, lists)
+            if problem:
+                swept = set(self.sweep or {}) & set(multi_gpu.SPLIT_MODE + multi_gpu.TENSOR_SPLIT
+                                                    + multi_gpu.TENSOR_PARALLEL + multi_gpu.PIPELINE_PARALLEL)
+                errors["sweep" if swept else "args"] = problem
         for name in ("executable", "model_path"):
             value = getattr(self, name) or ""
             if value and not value.startswith("/"):
                 errors[name] = "an absolute path on the host"
         if errors:
             raise ValidationError(errors)
+
+    def _gpus_problem(self, gpu_lists) -> str:
+        """Why these GPU lists cannot be given to a server on this recipe's host, or "": each an
+        index list the host's probe knows (its GPU count)."""
+        if not gpu_lists:
+            return ""
+        if self.host_id is None:
+            return "choose the host first: the GPUs are the host's"
+        count = self.host.gpus.count()
+        for text in gpu_lists:
+            try:
+                indices = parse_gpus(text)
+            except ValueError as exc:
+                return str(exc)
+            if not count:
+                return (f"{self.host} has no GPU in the inventory: probe it (Hosts → Probe GPUs now) before "
+                        f"giving a server GPUs")
+            beyond = [i for i in indices if i >= count]
+            if beyond:
+                said = "GPU 0" if count == 1 else f"GPUs 0-{count - 1}"
+                return (f"GPU {', '.join(map(str, beyond))} is beyond {self.host}'s {count} probed "
+                        f"GPU{'s' if count != 1 else ''} ({said})")
+        return ""
 
     def settings(self, chosen: dict | None = None) -> list[dict]:
         """The parameter sets a run measures: the sweep's values, or the ones a run chose
@@ -294,9 +347,16 @@ class ServerRecipe(models.Model):
                 sweep[flag] = [v for v in sweep[flag] if json_key(v) in keys]
         return sweep_settings(sweep)
 
+    def gpu_indices(self, setting: dict | None = None) -> tuple[int, ...] | None:
+        """The GPUs a server at this setting gets (the setting's "gpus", else the recipe's); None:
+        as the worker's environment gives."""
+        text = (setting or {}).get(GPUS_KEY, self.gpus)
+        return parse_gpus(text) if text not in (None, "") else None
+
     def spec(self, setting: dict) -> ServerSpec:
         return ServerSpec(executable=self.executable, model_path=self.model_path, args=tuple(self.args),
                           setting=dict(setting), env={k: str(v) for k, v in (self.env or {}).items()},
+                          gpus=self.gpu_indices(setting),
                           listen_host=self.listen_address, backend=self.backend,
                           served_model=self.served_model_name, label=self.setting_name(setting))
 

@@ -630,7 +630,8 @@ def endpoint_api_key(*, stored: str, typed: str = "", clear: bool = False, old_u
 # ---------------------------------------------------------------- hosts
 def host_probe_store(*, host, probe) -> None:
     """Write what pynvml reported (engine.gpu.HostProbe) into the inventory: the host's
-    driver, CUDA and interconnect, and one Gpu row per GPU (updated by index)."""
+    driver, CUDA, interconnect and topology (Topology.to_dict, its one writer), and one Gpu row
+    per GPU (updated by index)."""
     with transaction.atomic():
         host.probe_status = probe.status[:300]
         host.probed_at = timezone.now()
@@ -638,6 +639,7 @@ def host_probe_store(*, host, probe) -> None:
             host.driver_version = probe.driver_version or host.driver_version
             host.cuda_version = probe.cuda_driver_version or host.cuda_version
             host.interconnect = probe.interconnect or host.interconnect
+            host.topology = probe.topology.to_dict()
             for g in probe.gpus:
                 ecc_c, ecc_u = (g.ecc_corrected or {}), (g.ecc_uncorrected or {})
                 Gpu.objects.update_or_create(host=host, index=g.index, defaults=dict(

@@ -41,14 +41,22 @@ class FakeGpu:
     processes: list = field(default_factory=lambda: [SimpleNamespace(pid=4242, usedGpuMemory=14900 * 2**20)])
     unsupported: set = field(default_factory=set)  # function names that answer NotSupported
     lost: bool = False
+    bus_id: str = ""  # "" : one is made from the GPU's index
+    nvlink_remote: list | None = None  # per link, the PCI bus id at its far end
+    nvlink_version: int = 2
 
 
 class FakeNVML:
     """The subset of pynvml that gpu.py calls, answering from FakeGpu rows."""
 
     def __init__(self, gpus, driver="535.183.01", cuda=12020, init_error=None,
-                 has_event_reasons=True, sample_delay=0.0):
+                 has_event_reasons=True, sample_delay=0.0, ancestors=None, p2p=None):
         self.gpus, self.driver, self.cuda = gpus, driver, cuda
+        # (a, b) -> NVML_TOPOLOGY_* level, a < b; a pair not listed answers NotSupported
+        self.ancestors = ancestors or {}
+        # (a, b, caps index) -> NVML_P2P_STATUS_*; not listed: OK where the pair shares a switch
+        # or NVLink, else chipset not supported
+        self.p2p = p2p or {}
         self.init_error, self.sample_delay = init_error, sample_delay
         self.inits = self.shutdowns = 0
         self.calls = 0
@@ -128,6 +136,45 @@ class FakeNVML:
         if link >= len(g.nvlinks):
             raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return int(g.nvlinks[link])
+
+    def bus_id(self, i):
+        return self.gpus[i].bus_id or f"00000000:{0x18 + 0x20 * i:02X}:00.0"
+
+    def nvmlDeviceGetPciInfo(self, h):
+        self._dev(h, "pci")
+        return SimpleNamespace(busId=self.bus_id(h).lower(), busIdLegacy=self.bus_id(h)[4:])
+
+    def _link(self, h, link):
+        g = self._dev(h, "nvlink")
+        if g.nvlinks is None:
+            raise nvml_error(NOT_SUPPORTED)
+        if link >= len(g.nvlinks):
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return g
+
+    def nvmlDeviceGetNvLinkVersion(self, h, link):
+        return self._link(h, link).nvlink_version
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        g = self._link(h, link)
+        if not g.nvlink_remote:
+            raise nvml_error(NOT_SUPPORTED)
+        return SimpleNamespace(busId=g.nvlink_remote[link])
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, h1, h2):
+        self._dev(h1, "topology")
+        level = self.ancestors.get((min(h1, h2), max(h1, h2)))
+        if level is None:
+            raise nvml_error(NOT_SUPPORTED)
+        return level
+
+    def nvmlDeviceGetP2PStatus(self, h1, h2, index):
+        self._dev(h1, "p2p")
+        key = (min(h1, h2), max(h1, h2), index)
+        if key in self.p2p:
+            return self.p2p[key]
+        near = self.ancestors.get(key[:2], 99) <= pynvml.NVML_TOPOLOGY_MULTIPLE
+        return pynvml.NVML_P2P_STATUS_OK if near else pynvml.NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED
 
     def nvmlDeviceGetEccMode(self, h):
         g = self._dev(h, "ecc")

@@ -245,6 +245,8 @@ LAB_EXECUTABLES = os.environ.get("LAB_EXECUTABLES", "")
 LAB_MODEL_DIRS = os.environ.get("LAB_MODEL_DIRS", "")
 LAB_LISTEN_ADDRESSES = os.environ.get("LAB_LISTEN_ADDRESSES", "127.0.0.1,::1")
 LAB_PORTS = os.environ.get("LAB_PORTS", "18100-18199")
+# The GPUs (NVML indices) a recipe may give a server, comma-separated; blank: any the host has.
+LAB_GPUS = os.environ.get("LAB_GPUS", "")
 LAB_STATE_DIR = Path(os.environ.get("LAB_STATE_DIR", VAR_DIR / "lab"))
 LAB_START_TIMEOUT_S = float(os.environ.get("LAB_START_TIMEOUT_S", "900"))  # start -> /health
 LAB_STOP_GRACE_S = float(os.environ.get("LAB_STOP_GRACE_S", "30"))  # SIGTERM -> SIGKILL

@@ -132,6 +132,7 @@ class GpuProbe:
     ecc_uncorrected: dict = field(default_factory=dict)
     power_limit_w: float | None = None  # the enforced limit
     power_limit_default_w: float | None = None
+    pci_bus_id: str = ""  # "00000000:3B:00.0": what the other GPUs' NVLinks name as their far end
     error: str | None = None  # set when this GPU could not be read at all
 
     @property
@@ -152,6 +153,7 @@ class HostProbe:
     cuda_driver_version: str | None = None  # the newest CUDA the driver supports, e.g. "12.4"
     nvml_version: str | None = None
     gpus: list[GpuProbe] = field(default_factory=list)
+    topology: "Topology" = field(default_factory=lambda: Topology())
 
     @property
     def ok(self) -> bool:
@@ -166,7 +168,7 @@ class HostProbe:
         return "nvlink" if linked else "pcie"
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "gpus": [g.to_dict() for g in self.gpus]}
+        return {**asdict(self), "gpus": [g.to_dict() for g in self.gpus], "topology": self.topology.to_dict()}
 
 
 def _cuda_version(v: int | None) -> str | None:
@@ -223,7 +225,16 @@ def _probe_gpu(nv, index: int) -> GpuProbe:
     g.power_limit_w = None if limit is None else limit / 1000.0
     default = _opt(nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
     g.power_limit_default_w = None if default is None else default / 1000.0
+    pci = _opt(nv.nvmlDeviceGetPciInfo, h)
+    g.pci_bus_id = _bus_id(pci)
     return g
+
+
+def _bus_id(pci) -> str:
+    """A PCI address as NVML writes it, upper case ("00000000:3B:00.0"); "" when not read."""
+    if pci is None:
+        return ""
+    return _text(getattr(pci, "busId", "") or getattr(pci, "busIdLegacy", "")).upper()
 
 
 def probe(nvml=None) -> HostProbe:
@@ -240,6 +251,7 @@ def probe(nvml=None) -> HostProbe:
         nvml_version = _opt(nv.nvmlSystemGetNVMLVersion)
         host.nvml_version = None if nvml_version is None else _text(nvml_version)
         host.gpus = [_probe_gpu(nv, i) for i in range(nv.nvmlDeviceGetCount())]
+        host.topology = probe_topology(nv, host.gpus)
         return host
     except Exception as exc:
         if not _is_nvml_error(exc):
@@ -247,6 +259,188 @@ def probe(nvml=None) -> HostProbe:
         return HostProbe(status=f"NVML error: {exc}")
     finally:
         _shutdown(nv)
+
+
+# ---------------------------------------------------------------------------------- topology
+# NVML's nvmlGpuTopologyLevel_t -> (stored name, nvidia-smi topo -m's code, what it means). NVML
+# has a level nvidia-smi's legend does not (two GPUs on one board): nvidia-smi shows it as PIX.
+TOPOLOGY_LEVELS = {
+    0: ("internal", "PIX", "on the same board"),
+    10: ("single", "PIX", "through at most a single PCIe bridge (one PCIe switch)"),
+    20: ("multiple", "PXB", "through multiple PCIe bridges, not the host bridge"),
+    30: ("hostbridge", "PHB", "through a PCIe host bridge (typically the CPU)"),
+    40: ("node", "NODE", "across PCIe host bridges within one NUMA node (one CPU socket)"),
+    50: ("system", "SYS", "across NUMA nodes: the link between CPU sockets (QPI/UPI)"),
+}
+LEVEL_BY_NAME = {name: (code, words) for name, code, words in TOPOLOGY_LEVELS.values()}
+# Nearest first, as the advisor ranks paths between GPUs.
+LEVEL_ORDER = ("internal", "single", "multiple", "hostbridge", "node", "system")
+# nvidia-smi topo -m's legend, in its order.
+TOPOLOGY_LEGEND = (
+    ("X", "self"),
+    ("SYS", "PCIe and the link between NUMA nodes (CPU sockets, e.g. QPI/UPI)"),
+    ("NODE", "PCIe and the link between PCIe host bridges within one NUMA node"),
+    ("PHB", "PCIe and a PCIe host bridge (typically the CPU)"),
+    ("PXB", "multiple PCIe bridges, without the PCIe host bridge"),
+    ("PIX", "at most a single PCIe bridge"),
+    ("NV#", "a bonded set of # NVLinks"),
+)
+# nvmlDeviceGetP2PStatus: the capability asked (nvmlGpuP2PCapsIndex_t) and what it answers
+# (nvmlGpuP2PStatus_t). Written out: pynvml exports NVML_P2P_CAPS_INDEX_READ as a tuple.
+_P2P_READ, _P2P_WRITE = 0, 1
+P2P_STATUS = {0: "ok", 1: "chipset not supported", 2: "GPU not supported", 3: "IOH topology not supported",
+              4: "disabled by registry key", 5: "not supported", 6: "unknown"}
+TOPOLOGY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NvLink:
+    """One active NVLink of a GPU: its version as NVML numbers it and what is at its far end."""
+
+    link: int
+    version: int | None = None
+    remote_bus_id: str = ""
+    remote_gpu: int | None = None  # the GPU index there; None: an NVSwitch or a device not probed
+
+
+@dataclass(frozen=True)
+class GpuPair:
+    """How two GPUs of one host reach each other."""
+
+    a: int
+    b: int
+    level: str = ""  # a TOPOLOGY_LEVELS name; "" when NVML did not say
+    p2p_read: str = ""  # a P2P_STATUS word; "" when NVML did not say
+    p2p_write: str = ""
+    nvlinks: int = 0  # active links between them (through NVSwitches: the fewer either has)
+    via_switch: bool = False
+
+    @property
+    def code(self) -> str:
+        """nvidia-smi topo -m's code: NV# when NVLinks join them, else the PCIe level's."""
+        if self.nvlinks:
+            return f"NV{self.nvlinks}"
+        return LEVEL_BY_NAME.get(self.level, ("?", ""))[0]
+
+    @property
+    def kind(self) -> str:
+        """The advisor's word: "nvlink", or the PCIe level's name."""
+        return "nvlink" if self.nvlinks else self.level
+
+    @property
+    def words(self) -> str:
+        if self.nvlinks:
+            how = " through NVSwitches" if self.via_switch else ""
+            return f"{self.nvlinks} NVLinks{how}"
+        return f"PCIe {LEVEL_BY_NAME[self.level][1]}" if self.level in LEVEL_BY_NAME else "path not reported"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How a host's GPUs reach each other, per pair: the nearest common PCIe ancestor, P2P read and
+    write, NVLinks (from each GPU's active links and the PCI address at their far end). Stored
+    with the host's probe: `to_dict` its one writer, `from_dict` its one reader (a probe stored
+    before topology was probed reads as an empty one)."""
+
+    gpus: tuple = ()  # the GPU indices probed
+    pairs: tuple = ()  # GpuPair, a < b
+    links: dict = field(default_factory=dict)  # GPU index -> [NvLink] (active links only)
+    status: str = ""  # "ok" / "one GPU: no pair" / "" (not probed)
+
+    def pair(self, a: int, b: int) -> GpuPair | None:
+        a, b = min(a, b), max(a, b)
+        return next((p for p in self.pairs if p.a == a and p.b == b), None)
+
+    def between(self, indices) -> list[GpuPair]:
+        wanted = sorted(set(indices))
+        return [p for p in (self.pair(a, b) for i, a in enumerate(wanted) for b in wanted[i + 1:]) if p]
+
+    def slowest(self, indices=None) -> GpuPair | None:
+        """Of the pairs among these GPUs (all by default), the one with the farthest path: NVLink
+        is the nearest, then PCIe from one board out to across CPU sockets."""
+        pairs = self.between(self.gpus if indices is None else indices)
+        rank = {name: i for i, name in enumerate(("nvlink",) + LEVEL_ORDER)}
+        known = [p for p in pairs if p.kind in rank]
+        return max(known, key=lambda p: rank[p.kind]) if known else None
+
+    def matrix(self) -> dict:
+        """As `nvidia-smi topo -m` lays it out: a header of GPUs, one row per GPU, and the legend;
+        P2P read/write beside, per pair."""
+        names = [f"GPU{i}" for i in self.gpus]
+        rows = []
+        for a in self.gpus:
+            cells = []
+            for b in self.gpus:
+                p = self.pair(a, b) if a != b else None
+                cells.append({"code": "X" if a == b else (p.code if p else "?"),
+                              "title": "self" if a == b else (p.words if p else "not reported")})
+            rows.append({"gpu": f"GPU{a}", "cells": cells})
+        p2p = [{"pair": f"GPU{p.a}–GPU{p.b}", "read": p.p2p_read or "not reported",
+                "write": p.p2p_write or "not reported", "path": p.words} for p in self.pairs]
+        return {"header": names, "rows": rows, "legend": TOPOLOGY_LEGEND, "p2p": p2p}
+
+    def to_dict(self) -> dict:
+        """{"version", "status", "gpus", "pairs": [...], "links": {"0": [...]}}; not probed: {}."""
+        if not self.status:
+            return {}
+        return {"version": TOPOLOGY_VERSION, "status": self.status, "gpus": list(self.gpus),
+                "pairs": [asdict(p) for p in self.pairs],
+                "links": {str(i): [asdict(link) for link in links] for i, links in self.links.items()}}
+
+    @classmethod
+    def from_dict(cls, data) -> "Topology":
+        data = data if isinstance(data, dict) else {}
+        pair_fields = {f.name for f in fields(GpuPair)}
+        link_fields = {f.name for f in fields(NvLink)}
+        pairs = tuple(GpuPair(**{k: v for k, v in p.items() if k in pair_fields})
+                      for p in data.get("pairs") or [] if isinstance(p, dict) and {"a", "b"} <= set(p))
+        links = {int(i): [NvLink(**{k: v for k, v in link.items() if k in link_fields})
+                          for link in rows if isinstance(link, dict) and "link" in link]
+                 for i, rows in (data.get("links") or {}).items() if str(i).isdigit() and isinstance(rows, list)}
+        gpus = tuple(int(i) for i in data.get("gpus") or [] if isinstance(i, int))
+        return cls(gpus, pairs, links, str(data.get("status") or ""))
+
+
+def _active_links(nv, h, states: list[str], gpu_at: dict[str, int]) -> list[NvLink]:
+    links = []
+    for link, state in enumerate(states):
+        if state != "active":
+            continue
+        version = _opt(nv.nvmlDeviceGetNvLinkVersion, h, link)
+        remote = _bus_id(_opt(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link))
+        links.append(NvLink(link, version, remote, gpu_at.get(remote)))
+    return links
+
+
+def _p2p(nv, ha, hb, index: int) -> str:
+    status = _opt(nv.nvmlDeviceGetP2PStatus, ha, hb, index)
+    return "" if status is None else P2P_STATUS.get(int(status), f"status {status}")
+
+
+def probe_topology(nv, gpus: list[GpuProbe]) -> Topology:
+    """Every pair of the probed GPUs (those NVML could read): common ancestor, P2P, NVLinks. A
+    field NVML does not support is left blank, never failing the rest."""
+    readable = [g for g in gpus if g.error is None]
+    if len(readable) < 2:
+        return Topology(tuple(g.index for g in readable), status="one GPU: no pair" if readable else "no GPU")
+    handles = {g.index: nv.nvmlDeviceGetHandleByIndex(g.index) for g in readable}
+    gpu_at = {g.pci_bus_id: g.index for g in readable if g.pci_bus_id}
+    links = {g.index: _active_links(nv, handles[g.index], g.nvlink, gpu_at)
+             for g in readable if isinstance(g.nvlink, list)}
+    links = {i: rows for i, rows in links.items() if rows}
+    pairs = []
+    for n, ga in enumerate(readable):
+        for gb in readable[n + 1:]:
+            a, b = ga.index, gb.index
+            level = _opt(nv.nvmlDeviceGetTopologyCommonAncestor, handles[a], handles[b])
+            direct = sum(1 for link in links.get(a, []) if link.remote_gpu == b)
+            switched = min(sum(1 for link in links.get(i, []) if link.remote_gpu is None and link.remote_bus_id)
+                           for i in (a, b))
+            pairs.append(GpuPair(a, b, TOPOLOGY_LEVELS.get(level, ("",))[0] if level is not None else "",
+                                 _p2p(nv, handles[a], handles[b], _P2P_READ),
+                                 _p2p(nv, handles[a], handles[b], _P2P_WRITE),
+                                 direct or switched, via_switch=not direct and bool(switched)))
+    return Topology(tuple(g.index for g in readable), tuple(pairs), links, "ok")
 
 
 # ---------------------------------------------------------------------------------- sampler

@@ -52,6 +52,12 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
                  "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME", "HF_HOME", "HF_HUB_OFFLINE",
                  "TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME")
+# Which GPUs a server gets: a recipe's GPU list (or a sweep's "gpus" values, not a flag), set as
+# CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers the GPUs as NVML (the probe,
+# the telemetry) does: CUDA's own default order puts the fastest GPU first.
+GPUS_KEY = "gpus"
+GPU_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES"})
+MAX_GPU_INDEX = 63
 LOG_TAIL_LINES = 40
 LOG_TAIL_BYTES = 16_000
 STORED_VERSION = 1
@@ -69,12 +75,34 @@ def format_value(value) -> str:
     return str(value)
 
 
+def parse_gpus(text) -> tuple[int, ...]:
+    """ "0,1" -> (0, 1); a ValueError says what is wrong (not indices, one twice)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise ValueError(f"GPUs are indices separated by commas, e.g. 0 or 0,1, not {text!r}")
+    indices = tuple(int(p) for p in parts)
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"a GPU is listed twice in {text!r}")
+    if max(indices) > MAX_GPU_INDEX:
+        raise ValueError(f"GPU indices go up to {MAX_GPU_INDEX}, not {max(indices)}")
+    return indices
+
+
+def gpu_env(gpus) -> dict:
+    """The environment that gives a server exactly these GPUs (NVML's indices)."""
+    if gpus is None:
+        return {}
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus)}
+
+
 def apply_setting(args: list[str], setting: dict) -> list[str]:
     """`args` with each flag of `setting` set to its value: the value after the flag (or after
     `flag=`) replaced where the flag is there, else the flag and value appended. A value of
-    True is the flag alone, False removes it."""
+    True is the flag alone, False removes it. The GPU list ("gpus") is no argument."""
     out = list(args)
     for flag, value in setting.items():
+        if flag == GPUS_KEY:
+            continue
         at = next((i for i, a in enumerate(out) if a == flag or a.startswith(flag + "=")), None)
         if value is False:
             if at is not None:
@@ -118,6 +146,12 @@ class ServerSpec:
     backend: str = "openai"
     served_model: str = ""  # the id in /v1/models; "" = the only one served
     label: str = ""  # for records and logs: the recipe and its setting
+    gpus: tuple[int, ...] | None = None  # NVML indices the server gets; None: the worker's environment
+
+    @property
+    def full_env(self) -> dict:
+        """What the recipe sets in the server's environment: its variables and its GPUs."""
+        return {**{str(k): str(v) for k, v in self.env.items()}, **gpu_env(self.gpus)}
 
     def argv(self, port: int) -> list[str]:
         values = {"port": str(port), "model": self.model_path, "host": self.listen_host}
@@ -126,7 +160,7 @@ class ServerSpec:
 
     def command_line(self, port: int) -> str:
         """The command as a person would type it (for the page and the endpoint's record)."""
-        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in self.env.items())
+        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in self.full_env.items())
         return (env + " " if env else "") + shlex.join(self.argv(port))
 
     @property
@@ -185,13 +219,15 @@ class Allowlist:
     model_dirs: tuple[str, ...] = ()
     ports: tuple[int, int] = (18100, 18199)
     listen_hosts: tuple[str, ...] = ("127.0.0.1", "::1")
+    gpus: tuple[int, ...] | None = None  # the GPUs a server may be given; None: any (LAB_GPUS blank)
 
     @classmethod
     def from_settings(cls, executables="", model_dirs="", ports="18100-18199",
-                      listen_hosts="127.0.0.1,::1") -> "Allowlist":
+                      listen_hosts="127.0.0.1,::1", gpus="") -> "Allowlist":
         return cls(tuple(_exact(e) for e in _split(executables)), tuple(_real(d) for d in _split(model_dirs)),
                    parse_ports(ports) if isinstance(ports, str) else tuple(ports),
-                   tuple(str(ipaddress.ip_address(h)) for h in _split(listen_hosts)))
+                   tuple(str(ipaddress.ip_address(h)) for h in _split(listen_hosts)),
+                   parse_gpus(gpus) if str(gpus or "").strip() else None)
 
     def refusal(self, spec: ServerSpec) -> str:
         """Why this host will not start `spec`, or "" when it may."""
@@ -221,6 +257,12 @@ class Allowlist:
                 return f"{name!r} is not an environment variable name"
             if REFUSED_ENV.match(str(name)):
                 return f"a recipe may not set {name}: it changes what code the server loads"
+            if str(name) in GPU_ENV:
+                return f"a recipe gives a server its GPUs with its GPU list, not {name}"
+        if spec.gpus is not None and self.gpus is not None and not set(spec.gpus) <= set(self.gpus):
+            beyond = sorted(set(spec.gpus) - set(self.gpus))
+            return (f"GPU {', '.join(map(str, beyond))} is not among the GPUs this host lets servers use "
+                    f"(LAB_GPUS: {', '.join(map(str, self.gpus))})")
         try:
             address = ipaddress.ip_address(spec.listen_host)
         except ValueError:
@@ -586,7 +628,7 @@ def launch(spec: ServerSpec, allowlist: Allowlist, state_dir, port: int | None =
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"server-{port}-{int(time.time())}.log"
     env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
-    env.update({str(k): str(v) for k, v in spec.env.items()})
+    env.update(spec.full_env)
     argv = spec.argv(port)
     with open(log_path, "wb") as log:
         t0 = time.monotonic()

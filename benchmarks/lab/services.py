@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from benchmarks.engine import launcher
+from benchmarks.engine import launcher, multi_gpu
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Cancelled
 from benchmarks.engine.launcher import Allowlist, LaunchReport
@@ -27,7 +27,7 @@ FINISHED = (ServerLaunch.REFUSED, ServerLaunch.DID_NOT_START, ServerLaunch.STOPP
 def allowlist() -> Allowlist:
     """This host's allowlist, from its worker's settings."""
     return Allowlist.from_settings(settings.LAB_EXECUTABLES, settings.LAB_MODEL_DIRS, settings.LAB_PORTS,
-                                   settings.LAB_LISTEN_ADDRESSES)
+                                   settings.LAB_LISTEN_ADDRESSES, settings.LAB_GPUS)
 
 
 def launches_create(*, run: Run, recipes: list[ServerRecipe], sweep: dict) -> list[ServerLaunch]:
@@ -76,18 +76,37 @@ def lab_endpoint(*, launch: ServerLaunch, base_url: str, command: str) -> Endpoi
     fields = dict(host=recipe.host, backend=recipe.backend, base_url=base_url, model_name=recipe.served_model_name,
                   variant=recipe.variant, launch_command=command, launch_flags=launch.setting, enabled=False)
     name = recipe.setting_name(launch.setting)[:100]
+    indices = recipe.gpu_indices(launch.setting)
+    # Its GPUs are the ones the server was given: the ones its levels sample and the advisor counts.
+    gpus = list(recipe.host.gpus.filter(index__in=indices)) if indices is not None else []
+    fields["tensor_parallel_size"] = _tensor_parallel(recipe, launch.setting)
     existing = Endpoint.objects.filter(recipe=recipe, launch_flags=launch.setting).first()
     if existing is not None:
         Endpoint.objects.filter(id=existing.id).update(**fields)
         existing.refresh_from_db()
+        existing.gpus.set(gpus)
         return existing
     for candidate in (name, f"{name[:90]} (lab {recipe.id})"):
         try:
             with transaction.atomic():
-                return Endpoint.objects.create(name=candidate, recipe=recipe, **fields)
+                endpoint = Endpoint.objects.create(name=candidate, recipe=recipe, **fields)
+                endpoint.gpus.set(gpus)
+                return endpoint
         except IntegrityError:  # a registered endpoint already has that name
             continue
-    return Endpoint.objects.create(name=f"lab {launch.public_id}", recipe=recipe, **fields)
+    endpoint = Endpoint.objects.create(name=f"lab {launch.public_id}", recipe=recipe, **fields)
+    endpoint.gpus.set(gpus)
+    return endpoint
+
+
+def _tensor_parallel(recipe: ServerRecipe, setting: dict) -> int:
+    """vLLM's --tensor-parallel-size as the server was started (its setting, else its recipe's
+    arguments); 1 when neither says."""
+    value = multi_gpu.flag_value(setting, recipe.args, multi_gpu.TENSOR_PARALLEL)
+    try:
+        return max(int(value or 1), 1)
+    except (TypeError, ValueError):
+        return 1
 
 
 def lab_addresses() -> AddressPolicy:
@@ -118,9 +137,10 @@ def launch_execute(*, run: Run, launch: ServerLaunch, measure: Callable[[Endpoin
         return
     note(f"{launch}: starting the server")
     ServerLaunch.objects.filter(id=launch.id).update(status=ServerLaunch.RUNNING, started_at=timezone.now())
+    gpu_indices = recipe.gpu_indices(launch.setting)
     server, report = launcher.start(
         recipe.spec(launch.setting), allowlist(), settings.LAB_STATE_DIR, timeout_s=settings.LAB_START_TIMEOUT_S,
-        should_stop=should_stop, stop_grace_s=settings.LAB_STOP_GRACE_S,
+        should_stop=should_stop, stop_grace_s=settings.LAB_STOP_GRACE_S, gpu_indices=gpu_indices,
         owner={"run": run.public_id, "launch": launch.public_id})
     report.orphans_stopped = earlier.orphans_stopped
     if server is None:
@@ -134,13 +154,13 @@ def launch_execute(*, run: Run, launch: ServerLaunch, measure: Callable[[Endpoin
         endpoint = lab_endpoint(launch=launch, base_url=server.base_url, command=report.command)
         run.endpoints.add(endpoint)
         _save(launch, report, endpoint=endpoint)
-        watch = launcher.MemoryWatch(server.pgid, baseline=report.memory_before).start()
+        watch = launcher.MemoryWatch(server.pgid, gpu_indices, baseline=report.memory_before).start()
         try:
             measure(endpoint)
         finally:
             peak = watch.stop()
     finally:
         note(f"{launch}: stopping the server")
-        launcher.finish(server, report, stop_grace_s=settings.LAB_STOP_GRACE_S, peak=peak,
+        launcher.finish(server, report, gpu_indices=gpu_indices, stop_grace_s=settings.LAB_STOP_GRACE_S, peak=peak,
                         freed_timeout_s=settings.LAB_FREED_TIMEOUT_S)
         _save(launch, report, finished_at=timezone.now())
