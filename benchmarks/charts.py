@@ -281,18 +281,48 @@ def gpu_figure(levels: list[dict]) -> dict:
         top = 1 - (k - 1) / n
         layout[axis] = {"title": {"text": metric.title}, "domain": [max(0, top - 1 / n + 0.04), top],
                         "rangemode": "tozero"}
-    gpus = sorted({g for lv in levels for g in lv["series"].gpus})
-    for g in gpus:
+    gpus = sorted({g for lv in levels for g in lv["series"].gpus}, key=lambda g: (len(g), g))
+    for j, g in enumerate(gpus):
         points = _level_points(levels, lambda s, i: [_at(s.column(g, m.key), i) for m in GPU_CHART])
         xs = [_r(p[0]) for p in points]
         for k, metric in enumerate(GPU_CHART, start=1):
-            data.append({"type": "scatter", "mode": "lines", "name": f"GPU {g} {metric.label}", "x": xs,
+            # One colour per GPU in every panel, so GPU 1's memory and its utilization read as one GPU.
+            data.append({"type": "scatter", "mode": "lines", "name": f"GPU {g}", "x": xs,
+                         "line": {"color": PALETTE[j % len(PALETTE)]},
                          "y": [None if p[2][k - 1] is None else _r(p[2][k - 1] * metric.scale, 3) for p in points],
                          "yaxis": "y" if k == 1 else f"y{k}", "legendgroup": f"gpu{g}", "showlegend": k == 1})
         rows += [[g, _r(p[0]), p[1], *p[2]] for p in points if p[1] is not None]
     shapes, notes = _boundaries(levels)
     layout.update(shapes=shapes, annotations=notes)
     return figure(data, layout, ["gpu", "t (s)", "level", *[m.key for m in GPU_CHART]], rows)
+
+
+def gpus_figure(side: dict) -> dict:
+    """The GPUs side by side (selectors.gpus_side_by_side): per level, one bar per GPU for each
+    figure of catalogue.GPU_SIDE_BY_SIDE, one panel each; a GPU keeps its colour in every panel."""
+    figures = side["figures"]
+    n = len(figures)
+    labels = [row["label"] for row in side["rows"]]
+    layout = {"title": {"text": "The GPUs side by side, per level"}, "barmode": "group",
+              "height": 200 * n + 160 + 14 * max(len(lb) for lb in labels),
+              "xaxis": {"anchor": f"y{n}", "type": "category", "automargin": True, "tickangle": -30}}
+    for k, f in enumerate(figures, start=1):
+        top = 1 - (k - 1) / n
+        layout["yaxis" if k == 1 else f"yaxis{k}"] = {"title": {"text": f.title}, "rangemode": "tozero",
+                                                       "domain": [max(0, top - 1 / n + 0.06), top - 0.02]}
+    data, rows = [], []
+    for j, gpu in enumerate(side["gpus"]):
+        colour = PALETTE[j % len(PALETTE)]
+        for k, f in enumerate(figures, start=1):
+            ys = [next((c["value"] for c in row["cells"] if c["gpu"] == gpu and c["key"] == f.field), None)
+                  for row in side["rows"]]
+            data.append({"type": "bar", "name": f"GPU {gpu}", "x": labels, "y": [_r(y, 3) for y in ys],
+                         "marker": {"color": colour}, "legendgroup": f"gpu{gpu}", "showlegend": k == 1,
+                         "yaxis": "y" if k == 1 else f"y{k}", "offsetgroup": str(gpu)})
+        rows += [[row["label"], gpu, *[_r(next((c["value"] for c in row["cells"] if c["gpu"] == gpu
+                                                 and c["key"] == f.field), None), 3) for f in figures]]
+                 for row in side["rows"]]
+    return figure(data, layout, ["level", "gpu", *[f.title for f in figures]], rows)
 
 
 def server_figure(levels: list[dict]) -> dict:

@@ -20,7 +20,8 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from benchmarks.engine.catalogue import METRICS, REQUEST_CSV, RESULTS_TABLE, Figure, definitions, figure
+from benchmarks.engine.catalogue import (GPU_SIDE_BY_SIDE, METRICS, REQUEST_CSV, RESULTS_TABLE, Figure, definitions,
+                                        figure)
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
 from benchmarks.engine.datasets import histogram
 from benchmarks.engine.gpu import GpuSeries, GpuSummary
@@ -636,6 +637,29 @@ def run_results_by_level(run: Run) -> dict[int, list]:
     for row in rows:
         out.setdefault(row[0], []).append(_as_result(row))
     return out
+
+
+def gpus_side_by_side(levels: list[LevelResult]) -> dict | None:
+    """Per level, each GPU it sampled with catalogue.GPU_SIDE_BY_SIDE's figures (peak memory,
+    mean utilization, memory busy), the GPUs as column groups: what a server spread over several
+    GPUs did on each. None when no level sampled more than one GPU."""
+    sampled = [lv for lv in levels if lv.gpu.samples and len(lv.gpu.gpus) > 1]
+    if not sampled:
+        return None
+    indices = sorted({g.index for lv in sampled for g in lv.gpu.gpus})
+    rows = []
+    for lv in sampled:
+        by_index = {g.index: g for g in lv.gpu.gpus}
+        cells = []
+        for i in indices:
+            for f in GPU_SIDE_BY_SIDE:
+                stored = getattr(by_index[i], f.field, None) if i in by_index else None
+                value = None if stored is None else stored * f.series.scale
+                digits = 2 if f.series.unit == "GiB" else 0
+                cells.append({"gpu": i, "key": f.field, "value": value,
+                              "text": "—" if value is None else f"{value:.{digits}f}"})
+        rows.append({"level": lv, "label": f"{lv.endpoint.name} · {lv.load_label}", "cells": cells})
+    return {"gpus": indices, "figures": GPU_SIDE_BY_SIDE, "rows": rows}
 
 
 def run_levels_with_endpoint(run: Run) -> list[LevelResult]:

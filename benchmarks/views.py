@@ -99,6 +99,7 @@ def run_detail(request, public_id: str):
         "lab": lab_selectors.run_lab(run, blank=selectors.address_hider(run.endpoints.all(), hide),
                                      hide_addresses=hide),
         "hide_addresses": hide,
+        "gpus_side_by_side": selectors.gpus_side_by_side(levels),
         "can_cancel": selectors.run_cancel_allowed(run, request.user),
         "can_manage": selectors.run_manage_allowed(run, request.user),
         "quality": selectors.quality_section(run, hide_addresses=hide),
@@ -208,6 +209,11 @@ def _timeline(run: Run, params) -> dict | None:
     return charts.timeline_figure(f"Requests of {level.endpoint.name} at {level.load_label}", requests)
 
 
+def _gpus(run: Run) -> dict | None:
+    side = selectors.gpus_side_by_side(selectors.run_levels_with_endpoint(run))
+    return charts.gpus_figure(side) if side else None
+
+
 def _sweep(run: Run, params) -> dict | None:
     drawn = lab_selectors.sweep_series(run)
     return charts.sweep_figure(*drawn) if drawn else None
@@ -220,6 +226,8 @@ CHARTS = {
     "timeline": Chart("Timeline", _timeline),
     "gpu": Chart("GPU", lambda run, params: charts.gpu_figure(selectors.telemetry_levels(run, "gpu_series")),
                  telemetry="gpu_series"),
+    "gpus": Chart("GPUs side by side", lambda run, params: _gpus(run), telemetry="gpu_series",
+                  offered=lambda run: selectors.gpus_side_by_side(selectors.run_levels(run)) is not None),
     "server": Chart("Server", lambda run, params: charts.server_figure(selectors.telemetry_levels(run, "server_series")),
                     telemetry="server_series"),
     "sweep": Chart("Sweep", _sweep, offered=lambda run: run.launches.filter(endpoint__isnull=False).exists()),

@@ -287,6 +287,8 @@ SERIES: dict[str, Series] = {s.key: s for s in (
            1 / 1024),
     Series("utilization_gpu", "GPU utilization", "%", "Share of the last sample period in which a kernel "
            "ran (NVML).", "gpu"),
+    Series("utilization_memory", "GPU memory busy", "%", "Share of the last sample period in which device "
+           "memory was read or written (NVML).", "gpu"),
     Series("temperature_c", "GPU temperature", "°C", "The GPU's core temperature (NVML).", "gpu"),
     Series("power_w", "GPU power", "W", "The board's power draw (NVML).", "gpu"),
     Series("running", "Running requests", "requests", "Requests the server was decoding, from its own "
@@ -299,6 +301,25 @@ SERIES: dict[str, Series] = {s.key: s for s in (
 # The run page's telemetry charts, one panel (or trace) per entry.
 GPU_CHART = tuple(SERIES[k] for k in ("memory_used_mib", "utilization_gpu", "temperature_c", "power_w"))
 SERVER_CHART = tuple(SERIES[k] for k in ("running", "waiting", "kv_cache_usage"))
+
+
+@dataclass(frozen=True)
+class GpuLevelFigure:
+    """One figure of the run page's GPUs side by side: a GPU series read over one level (its
+    statistic, and the engine's GpuStats field that holds it)."""
+
+    series: Series
+    stat: str  # "peak" | "mean"
+    field: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.stat.capitalize()} {self.series.label} ({self.series.unit})"
+
+
+GPU_SIDE_BY_SIDE = (GpuLevelFigure(SERIES["memory_used_mib"], "peak", "peak_memory_used_mib"),
+                    GpuLevelFigure(SERIES["utilization_gpu"], "mean", "mean_utilization_gpu"),
+                    GpuLevelFigure(SERIES["utilization_memory"], "mean", "mean_utilization_memory"))
 
 
 def definitions() -> list[Metric | Series]:

@@ -70,8 +70,8 @@ def spread(backend: str, setting: dict | None, args, visible: int | None) -> Spr
     """The spread of a server of this backend at this setting, given `visible` GPUs (None: as
     many as its environment gives, not known here). Raises ValueError for flags it cannot read."""
     if backend == "vllm":
-        tp = _positive_int(flag_value(setting, args, TENSOR_PARALLEL) or 1, "--tensor-parallel-size")
-        pp = _positive_int(flag_value(setting, args, PIPELINE_PARALLEL) or 1, "--pipeline-parallel-size")
+        tp, pp = (_positive_int(1 if (v := flag_value(setting, args, flags)) is None else v, flags[0])
+                  for flags in (TENSOR_PARALLEL, PIPELINE_PARALLEL))
         how = ("tensor x pipeline parallel" if tp > 1 and pp > 1 else "tensor parallel" if tp > 1
                else "pipeline parallel" if pp > 1 else "one GPU")
         return Spread(tp * pp, how)
