@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from django.contrib.auth import get_user_model
 
+from benchmarks import services
 from benchmarks.decisions import services as decision_services
 from benchmarks.decisions.forms import DecisionForm
 from benchmarks.engine import gpu as engine_gpu
@@ -124,6 +125,22 @@ def measured_run(endpoints, levels=(1, 8), requests=20, owner=None, tokens=20, p
         for index, (outcome, telemetry) in enumerate(measured):
             level_store(run=run, endpoint=e, outcome=outcome, level_index=index,
                         gpu=gpu_telemetry(gpu) if gpu else None, server=telemetry)
+    return run
+
+
+def execute_in_process(run):
+    """Measure `run` in this process (its settings) by the worker's own code, never queued: in a
+    thread of its own, since a test driving a browser already runs an event loop in this one."""
+    from django.db import connection
+
+    def execute():
+        try:
+            services.run_execute(run_id=run.id, worker="in-process")
+        finally:
+            connection.close()
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(execute).result()
+    run.refresh_from_db()
     return run
 
 

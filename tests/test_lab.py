@@ -5,12 +5,10 @@ import os
 import signal
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from celery import Celery
-from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -18,7 +16,7 @@ from benchmarks import services
 from benchmarks.engine import launcher
 from benchmarks.models import Host, LevelResult, Run, ServerLaunch, ServerRecipe
 from conftest import LLM_SERVERS, spawn_worker, stop_worker, worker_env
-from factories import user
+from factories import execute_in_process, user
 from test_fault_tolerance import FAST_RECOVERY, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -287,13 +285,7 @@ def test_the_run_page_shows_the_sweep_and_what_did_not_start_within_1366_px(
     good = recipe("llama-q4", binary, model, host="lab-2", sweep={"--parallel": [1, 2]})
     bad = recipe("llama-bad-flag", binary, model, host="lab-2", args=LLAMA_ARGS + ["--no-such-flag"])
     run = lab_run([good, bad], levels=(1, 2))
-    def execute():  # in a thread of its own: the browser's event loop runs in this one
-        try:
-            services.run_execute(run_id=run.id, worker="in-process")
-        finally:
-            connection.close()
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(execute).result()
+    execute_in_process(run)
     purge("host-lab-2")
     run.refresh_from_db()
     assert run.status == Run.PARTIAL, run.error

@@ -2,24 +2,19 @@
 allowlist), CUDA_VISIBLE_DEVICES in the started server's environment, the multi-GPU flags read
 one way, and each GPU's telemetry per level (a fake NVML of two GPUs), side by side on the run page."""
 import json
-import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection
 from django.urls import reverse
 
 from benchmarks import selectors, services
-from benchmarks.engine import gpu, launcher, multi_gpu
+from benchmarks.engine import gpu, launcher
 from benchmarks.engine.launcher import Allowlist, ServerSpec
 from benchmarks.engine.multi_gpu import Spread, spread
 from benchmarks.models import Host, Run, ServerRecipe
 from conftest import ROOT
-from factories import user
+from factories import execute_in_process, user
 from test_gpu_telemetry import FakeGpu, FakeNVML
 
 ECHO_ENV = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))"
@@ -146,16 +141,7 @@ def lab_run_on_two_gpus(settings, tmp_path, monkeypatch):
     r.save()
     run = services.run_create(owner=user(), endpoints=[], recipes=[r], sweep={}, prompt_tokens=32, output_tokens=16,
                               temperature=0.7, concurrency_levels=[1, 4], requests_per_level=8, warmup_requests=0)
-
-    def execute():
-        try:
-            services.run_execute(run_id=run.id, worker="in-process")
-        finally:
-            connection.close()
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(execute).result()
-    run.refresh_from_db()
-    return run
+    return execute_in_process(run)
 
 
 @pytest.mark.django_db(transaction=True)

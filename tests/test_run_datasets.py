@@ -4,19 +4,16 @@ exact token counts (by the server's usage), and the run page shows the lengths s
 server's prefix-cache hit rate."""
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection
 from django.urls import reverse
 
 from benchmarks.engine import datasets
 from benchmarks.engine.datasets import Dataset, Lengths
-from benchmarks import services
 from benchmarks.forms import RunForm
 from benchmarks.models import Endpoint, RequestRecord, Run
-from factories import endpoint, run_form, user
+from factories import endpoint, execute_in_process, run_form, user
 from test_worker import wait_finished
 
 
@@ -132,15 +129,7 @@ def test_a_prompt_over_the_token_limit_by_the_servers_count_fails_the_preflight(
     run = Run.objects.create(owner=user(), prompt_tokens=64, output_tokens=8, temperature=0, requests_per_level=2,
                              warmup_requests=0, concurrency_levels=[1], dataset=d.to_dict(), progress_total=2)
     run.endpoints.set([e])
-
-    def execute():
-        try:
-            services.run_execute(run_id=run.id, worker="in-process")
-        finally:
-            connection.close()
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(execute).result()
-    run.refresh_from_db()
+    execute_in_process(run)
     finding = next(f for f in run.preflight[str(e.id)] if f["check"] == "requests")
     assert not finding["ok"] and "line 2 (395 prompt tokens)" in finding["detail"] and "limit of 400" in finding["detail"]
     assert run.status == Run.FAILED
