@@ -18,7 +18,8 @@ advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequence[Ev
        ) -> Recommendation
 
 GpuSpec(name, compute_capability: tuple[int, int], vram_gib, count=1, interconnect="pcie",
-        host_id=None)
+        host_id=None, topology="")                       # topology: the farthest path between the
+        # host's GPUs as probed: "nvlink" | "single" | "multiple" | "hostbridge" | "node" | "system"
 ModelSpec(name, params_b, layers, kv_heads, head_dim, context_length, embedding_params_b=0.0,
           known_weight_bytes={})                          # DEEPSEEK_R1_DISTILL_QWEN_7B
 Workload(users, prompt_tokens, output_tokens, context_tokens=None, ttft_p90_ms=None,
@@ -46,6 +47,8 @@ Recommendation: gpu, model, workload, builds (echoed), ranked: list[CandidateRes
     confidence_why, hardware_notes: list[Note(text, source, fact_id)],
     measure_next: list[SuggestedRun(candidate, concurrency_levels, prompt_tokens, output_tokens,
     host_id, why, quality)], quality_basis: QualityBasis(figure, words, candidates, evidence_ids),
+    cards: CardsAnswer(question, answer ("one card" | "two cards" | "open"), basis ("measured" |
+    "anecdote"), summary, reasons, rows: list[CardsRow], path, source, note, note_fact) | None,
     candidate(key) -> CandidateResult, to_dict() for JSON.
 CandidateResult: key, label, requirements, eligible, ineligible_reasons, fit: MemoryFit,
     evidence_basis, evidence_shape, predicted: {metric: Predicted(metric, value, how, levels,
@@ -68,6 +71,13 @@ otherwise None, and the summary says what to measure.
 stated): the KL divergence from one reference on one text in one window setting, or perplexity on
 one text, whichever compares the most candidates (KL on a tie); it says which in each reason.
 Quality is read only for the decision's model (any GPU); speed evidence as below.
+
+One card or two (cards.py, a host of several GPUs): runs measured here serving the same model on one
+GPU and on several (Evidence.gpu_count, Evidence.split: "one GPU", "layer split", "row split",
+"tensor parallel"), on this host (or a GPU of the same model), compared at the level nearest the
+workload's users on its priority's figure; a model that fits only on several needs them. Without
+such runs it says it has only the write-up's anecdote, with what the host's path between GPUs
+(NVLink, one PCIe switch, host bridge, across sockets) makes of it, and what to measure.
 
 Measured starts beat the facts table: a launch of the candidate, for this model, on this host or a
 GPU of the same model or compute capability that did not start for a reason of the GPU (its

@@ -10,6 +10,8 @@ from typing import Mapping, Sequence
 from ..engine.catalogue import figure
 from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, min_compute_capability, users_str,
                     ineligible_reasons, requirements, start_check)
+from .cards import CardsAnswer
+from .cards import answer as cards_answer
 from .launch import Launch, launch
 from .launches import (LaunchRef, StartupRead, contradiction_reason, did_not_start_reason, measured_fit,
                        other_failure_reason, read_launches, startup_sentence)
@@ -22,13 +24,14 @@ from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, Launc
 
 PRIORITY_PHRASES = {key: p.phrase for key, p in PRIORITY.items()}
 QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the speed evidence
-# Of Recommendation.to_dict(): 5 adds each candidate's measured start (did it start on a GPU like this
+# Of Recommendation.to_dict(): 6 adds "one card or two?" (cards: measured runs on one GPU and
+# several, or the write-up's anecdote, labelled); 5 adds each candidate's measured start (did it start on a GPU like this
 # one, the launches it rests on, its start-up time and memory after load, a contradiction of the
 # facts table); 4 adds the verdict's reasons (why), each candidate's launch command,
 # estimate, releases and capacity, predicted bands; 3 adds each candidate's quality and the quality
 # basis; 2 names figures as the catalogue does; 1 (no "version") named them ttft_p50_ms-style.
 # Every addition is optional to the reader (presenter.result_from_stored).
-RESULT_VERSION = 5
+RESULT_VERSION = 6
 SHOWN_FAILURES = 3  # a candidate's launches that did not start, for their own reasons, named in its reasons
 
 
@@ -114,6 +117,7 @@ class Recommendation:
     measure_next: list[SuggestedRun] = field(default_factory=list)
     quality_basis: QualityBasis = field(default_factory=lambda: QualityBasis(None, ""))
     why: list[str] = field(default_factory=list)  # the verdict's reasons, three lines at most
+    cards: CardsAnswer | None = None  # one card or two? None on a host of one GPU
 
     def candidate(self, key: str) -> CandidateResult:
         return next(r for r in self.ranked if r.key == key)
@@ -266,7 +270,8 @@ def _sentence(text: str) -> str:
 
 
 def hardware_notes(gpu: GpuSpec, workload: Workload, results: list[CandidateResult],
-                   candidates: Sequence[Candidate], builds: EngineBuilds) -> list[Note]:
+                   candidates: Sequence[Candidate], builds: EngineBuilds,
+                   cards: CardsAnswer | None = None) -> list[Note]:
     """Notes about this GPU and the candidates that can start on it, each once."""
     cc = tuple(gpu.compute_capability)
     by_key = {c.key: c for c in candidates}
@@ -278,11 +283,8 @@ def hardware_notes(gpu: GpuSpec, workload: Workload, results: list[CandidateResu
         f = fact(fact_id)
         notes.append(Note(text or _sentence(f.statement), f.source, f.id))
 
-    if gpu.count > 1 and gpu.interconnect != "nvlink":
-        split = [r for r in results if r.recommendable and r.fit.gpus_used > 1]
-        lead = ("Layer split (llama.cpp --split-mode layer) crosses PCIe with activations only; "
-                if split else "Serve from one GPU when the model fits on one: ")
-        add("tp-over-pcie", lead + fact("tp-over-pcie").statement + ".")
+    if cards is not None and cards.note:  # one card or two, as measured here or the write-up's anecdote
+        notes.append(Note(cards.note, cards.source, cards.note_fact))
     if "llamacpp" in backends:
         if cc < fact("cuda13-no-sm70").min_cc:
             add("cuda13-no-sm70")
@@ -537,6 +539,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         top.priority_value is not None or (top.meets_targets and top.meets_all)
         or len(runnable) == 1) else None
     confidence, confidence_why = _confidence(rec, results, workload)
+    cards = cards_answer(gpu, model, workload, evidence, results, rec.key if rec else None)
 
     summary = _summary(gpu, workload, results, runnable, rec, candidates)
     caveats = _caveats(workload, results, perfs, evidence, by_key)
@@ -548,9 +551,9 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         gpu=gpu, model=model, workload=workload, builds=builds, ranked=results,
         recommended=rec.key if rec else None, summary=summary, caveats=caveats,
         confidence=confidence, confidence_why=confidence_why,
-        hardware_notes=hardware_notes(gpu, workload, results, candidates, builds),
+        hardware_notes=hardware_notes(gpu, workload, results, candidates, builds, cards),
         measure_next=measure_next(gpu, workload, results), quality_basis=quality_read.basis,
-        why=_why(gpu, workload, results, rec))
+        why=_why(gpu, workload, results, rec), cards=cards)
 
 
 def _memory_measured(c: Candidate, startup: StartupRead | None, fit: MemoryFit) -> str:

@@ -36,6 +36,10 @@ class GpuSpec:
     count: int = 1
     interconnect: str = "pcie"  # "pcie" | "nvlink": how the GPUs of one host talk
     host_id: str | None = None  # matches Evidence.host_id for "measured on this host"
+    # The farthest path between the host's GPUs as its probe read it (engine.gpu.GpuPair.kind):
+    # "nvlink", or the PCIe level "internal" | "single" | "multiple" | "hostbridge" | "node" |
+    # "system" (across CPU sockets); "" when not probed (a stated GPU).
+    topology: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class Evidence:
     engine_version: str = ""
     build_flags: str = ""
     gpu_count: int = 1
+    split: str = ""  # how the model was spread over them (engine.multi_gpu.Spread.how); "" not said
 
 
 @dataclass(frozen=True)

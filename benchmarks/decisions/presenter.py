@@ -54,7 +54,9 @@ def result_from_stored(result: dict) -> dict:
     if version < 5:  # decided before the lab's launches were read
         result = {**result, "ranked": [{"started": None, "launches": [], "startup": None, "contradiction": "",
                                         "memory_measured": "", **c} for c in result["ranked"]]}
-    return {**result, "version": 5}
+    if version < 6:  # decided before "one card or two?": its note is among the hardware notes
+        result = {**result, "cards": None}
+    return {**result, "version": 6}
 
 
 def _quality(q: dict | None) -> dict | None:

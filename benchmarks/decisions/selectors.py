@@ -17,6 +17,7 @@ from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES,
                                 published_v100_quality)
 from benchmarks.advisor.launches import parse_version
 from benchmarks.advisor.performance import gpu_key
+from benchmarks.engine import multi_gpu
 from benchmarks.engine.catalogue import ADVISOR_FIGURES
 from benchmarks.engine.points import QualityPoint
 from benchmarks.models import (Decision, Endpoint, Gpu, Host, LevelResult, Model, QualityMeasurement, Run,
@@ -71,9 +72,10 @@ def gpu_spec_from_host(host: Host) -> GpuSpec:
         raise InputError("host", f"{host}'s {first.name} has no VRAM in the inventory: fix it, or state the "
                                  f"GPU instead.")
     same = [g for g in gpus if g.name == first.name and g.compute_capability == first.compute_capability]
+    farthest = host.topology_figures.slowest([g.index for g in same])
     return GpuSpec(name=first.name, compute_capability=cc, vram_gib=first.memory_total_mib / 1024,
                    count=len(same), interconnect="nvlink" if host.interconnect == "nvlink" else "pcie",
-                   host_id=str(host.pk))
+                   host_id=str(host.pk), topology=farthest.kind if farthest else "")
 
 
 def model_spec_from_model(model: Model) -> tuple[ModelSpec, dict[str, float]]:
@@ -151,8 +153,23 @@ def _evidence_row(level: LevelResult) -> Evidence | None:
         engine_version=served_version(run.server_config.get(str(endpoint.id))) or endpoint.engine_version,
         build_flags=endpoint.launch_command or (json.dumps(endpoint.launch_flags, sort_keys=True)
                                                if endpoint.launch_flags else ""),
-        gpu_count=max(len(endpoint.gpus.all()), endpoint.tensor_parallel_size or 1, 1),
-        **{f.name: point.get(f) for f in ADVISOR_FIGURES})
+        **_endpoint_spread(endpoint), **{f.name: point.get(f) for f in ADVISOR_FIGURES})
+
+
+def _endpoint_spread(endpoint: Endpoint) -> dict:
+    """How many GPUs served the endpoint and how the model was spread over them: a server the lab
+    started reads its flags (engine.multi_gpu) and the GPUs it was given; a registered endpoint
+    its GPUs and tensor-parallel size. Expects gpus prefetched and the recipe selected."""
+    given = len(endpoint.gpus.all())
+    if endpoint.recipe_id is not None:
+        try:
+            s = multi_gpu.spread(endpoint.backend, endpoint.launch_flags, endpoint.recipe.args, given or None)
+            return {"gpu_count": s.gpus_used, "split": s.how}
+        except ValueError:
+            pass
+    count = max(given, endpoint.tensor_parallel_size or 1, 1)
+    split = "one GPU" if count == 1 else "tensor parallel" if (endpoint.tensor_parallel_size or 1) > 1 else ""
+    return {"gpu_count": count, "split": split}
 
 
 def served_version(identity) -> str:
@@ -166,7 +183,6 @@ def served_version(identity) -> str:
 
 # What a server's own log says it is, for a launch whose server never answered /version or /props.
 _LOGGED_VERSION = re.compile(r"vLLM API server version (\S+)|\bvLLM version:? (\S+)|\bbuild: (\d+ \(\w+\))")
-_TENSOR_PARALLEL = ("--tensor-parallel-size", "-tp")
 _CONTEXT = ("-c", "--ctx-size")
 _QUANTIZED_CACHE = ("-ctk", "-ctv", "--cache-type-k", "--cache-type-v")
 
@@ -177,22 +193,20 @@ def _logged_version(log: str) -> str:
 
 
 def _launch_gpu_count(launch: ServerLaunch) -> int:
-    """How many GPUs the server was started on: its tensor-parallel size (the setting, else the
-    recipe's arguments), else one."""
+    """How many GPUs the server was started on (engine.multi_gpu): its flags over the GPUs it was
+    given; one when its flags cannot be read."""
+    given = launch.recipe.gpu_indices(launch.setting)
     try:
-        return max(int(_flag_value(launch, _TENSOR_PARALLEL) or 1), 1)
-    except (TypeError, ValueError):
+        return multi_gpu.spread(launch.recipe.backend, launch.setting, launch.recipe.args,
+                                len(given) if given is not None else None).gpus_used
+    except ValueError:
         return 1
 
 
 def _flag_value(launch: ServerLaunch, flags: tuple[str, ...]):
     """The value of one of these flags as the server was started: its setting, else its recipe's
     arguments; None when neither sets it."""
-    for f in flags:
-        if f in launch.setting:
-            return launch.setting[f]
-    args = launch.recipe.args
-    return next((args[i + 1] for i, a in enumerate(args[:-1]) if a in flags), None)
+    return multi_gpu.flag_value(launch.setting, launch.recipe.args, flags)
 
 
 def _kv_context_tokens(launch: ServerLaunch) -> int | None:
@@ -261,7 +275,7 @@ def evidence_from_db(*, limit: int = EVIDENCE_LIMIT, published: bool = True) -> 
     levels = _measured_levels()
     candidate_q = _candidate_q()
     rows = list(levels.filter(candidate_q)
-                .select_related("run", "endpoint__variant__model", "endpoint__host")
+                .select_related("run", "endpoint__variant__model", "endpoint__host", "endpoint__recipe")
                 .prefetch_related(Prefetch("endpoint__gpus", queryset=Gpu.objects.order_by("index")),
                                   Prefetch("endpoint__host__gpus", queryset=Gpu.objects.order_by("index")))
                 .defer("gpu_series", "server_series", "client", "server_summary",
