@@ -33,10 +33,10 @@ def two_gpus():
                        ancestors={(0, 1): 10})  # NVML_TOPOLOGY_SINGLE
 
 
-def host_with(n_gpus, name="box-2gpu"):
+def host_with(n_gpus, name="box-2gpu", nvml=None):
     host = Host.objects.create(name=name)
-    services.host_probe_store(host=host, probe=gpu.probe(nvml=FakeNVML([FakeGpu(uuid=f"GPU-{i}")
-                                                                         for i in range(n_gpus)])))
+    nvml = nvml or FakeNVML([FakeGpu(uuid=f"GPU-{i}") for i in range(n_gpus)])
+    services.host_probe_store(host=host, probe=gpu.probe(nvml=nvml))
     return host
 
 
