@@ -90,8 +90,9 @@ def sim_args(decode_ms, split):
                   "runpy.run_module('benchmarks.engine.simulator', run_name='__main__')", "--split-mode", split]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_decision_page_answers_one_card_or_two_from_a_lab_run(client, settings, tmp_path, monkeypatch):
+def decided_after_a_lab_run(settings, tmp_path, monkeypatch):
+    """A decision for a host of two (fake) GPUs after a lab run measured its Q4_K_M on one GPU and
+    split over both; returns (run, decision)."""
     monkeypatch.setattr(gpu, "pynvml", two_gpus())
     host = host_with(2, "v100-pair", nvml=two_gpus())
     model = Model.objects.create(name=R1_7B.name, params_b=7.6, layers=28, kv_heads=4, head_dim=128)
@@ -115,6 +116,12 @@ def test_the_decision_page_answers_one_card_or_two_from_a_lab_run(client, settin
                        "interconnect": "pcie", "model": None, "users": 1, "prompt_tokens": 512,
                        "output_tokens": 100, "context_tokens": 4096, "ttft_p90_ms": None, "tpot_ms": None,
                        "min_user_tok_s": None, "priority": "single_user_speed"})
+    return run, decision
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_decision_page_answers_one_card_or_two_from_a_lab_run(client, settings, tmp_path, monkeypatch):
+    run, decision = decided_after_a_lab_run(settings, tmp_path, monkeypatch)
     cards = decision.result["cards"]
     assert (cards["answer"], cards["basis"]) == ("one card", "measured")
     assert [(r["gpus"], r["split"]) for r in cards["rows"]] == [(1, "one GPU"), (2, "layer split")]
@@ -125,3 +132,17 @@ def test_the_decision_page_answers_one_card_or_two_from_a_lab_run(client, settin
     page = client.get(decision.get_absolute_url()).content.decode()
     assert 'id="cards" data-answer="one card" data-basis="measured"' in page
     assert page.count('class="evidence" href="' + run.get_absolute_url()) >= 2
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_answer_fits_the_decision_page_at_1366_px(settings, tmp_path, monkeypatch, live_server, page):
+    from test_pages_at_a_glance import OVERFLOW
+
+    _, decision = decided_after_a_lab_run(settings, tmp_path, monkeypatch)
+    page.set_viewport_size({"width": 1366, "height": 768})
+    page.goto(live_server.url + decision.get_absolute_url())
+    assert page.locator("#cards-table tbody tr").count() == 2
+    assert page.locator("#cards-question").inner_text() == "One card or two?"
+    assert page.evaluate(OVERFLOW) == []
+    assert page.js_errors == []

@@ -6,6 +6,7 @@ advisor, so "served by two GPUs" means the same everywhere. Django-free.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 
 SPLIT_MODE = ("--split-mode", "-sm")
 TENSOR_SPLIT = ("--tensor-split", "-ts")
@@ -96,8 +97,6 @@ def spread(backend: str, setting: dict | None, args, visible: int | None) -> Spr
 def problem(backend: str, args, sweep: dict | None, gpu_lists: list[tuple[int, ...] | None]) -> str:
     """Why a recipe's multi-GPU flags cannot work, or "": each setting of its sweep read, and a
     spread over more GPUs than it is given refused (vLLM needs tensor x pipeline GPUs)."""
-    from itertools import product
-
     sweep = dict(sweep or {})
     keys = [k for k in sweep if k in SPLIT_MODE + TENSOR_SPLIT + TENSOR_PARALLEL + PIPELINE_PARALLEL]
     settings = [dict(zip(keys, values)) for values in product(*(sweep[k] for k in keys))] if keys else [{}]
