@@ -144,3 +144,17 @@ def test_the_host_s_admin_page_shows_the_matrix_and_its_legend(client):
     assert "chipset not supported" in page  # P2P across the sockets
     page = client.get(reverse("admin:benchmarks_host_change", args=[old.id])).content.decode()
     assert "Not probed" in page and "topology-matrix" not in page
+
+
+@pytest.mark.django_db
+def test_the_api_lists_a_host_s_topology():
+    from test_api import API, token_for
+
+    host = Host.objects.create(name="nvlink-4gpu")
+    host_probe_store(host=host, probe=probe(nvml=four_nvlink()[0]))
+    Host.objects.create(name="not-probed")
+    api, _ = token_for()
+    hosts = {h["name"]: h for h in api.get(API + "hosts/").json()}
+    stored = hosts["nvlink-4gpu"]["topology"]
+    assert Topology.from_dict(stored).pair(1, 3).code == "NV2" and stored["version"] == gpu.TOPOLOGY_VERSION
+    assert hosts["not-probed"]["topology"] == {}

@@ -109,11 +109,16 @@ class GpuSerializer(serializers.ModelSerializer):
 
 class HostSerializer(serializers.ModelSerializer):
     gpus = GpuSerializer(many=True)
+    topology = serializers.SerializerMethodField()
 
     class Meta:
         model = Host
         fields = ["name", "hostname", "cpu", "ram_gb", "os", "driver_version", "cuda_version", "interconnect",
-                  "probe_status", "probed_at", "gpus"]
+                  "probe_status", "probed_at", "gpus", "topology"]
+
+    def get_topology(self, host: Host) -> dict:
+        """The probe's GPU topology in its current stored version ({} when not probed)."""
+        return host.topology_figures.to_dict()
 
 
 class VariantSerializer(serializers.ModelSerializer):
