@@ -655,9 +655,8 @@ def gpus_side_by_side(levels: list[LevelResult]) -> dict | None:
             for f in GPU_SIDE_BY_SIDE:
                 stored = getattr(by_index[i], f.field, None) if i in by_index else None
                 value = None if stored is None else stored * f.series.scale
-                digits = 2 if f.series.unit == "GiB" else 0
                 cells.append({"gpu": i, "key": f.field, "value": value,
-                              "text": "—" if value is None else f"{value:.{digits}f}"})
+                              "text": "—" if value is None else catalogue_number(value, f.digits)})
         rows.append({"level": lv, "label": f"{lv.endpoint.name} · {lv.load_label}", "cells": cells})
     return {"gpus": indices, "figures": GPU_SIDE_BY_SIDE, "rows": rows}
 

@@ -311,13 +311,14 @@ class GpuLevelFigure:
     series: Series
     stat: str  # "peak" | "mean"
     field: str
+    digits: int = 0  # shown with this many decimals, in the series' unit
 
     @property
     def title(self) -> str:
         return f"{self.stat.capitalize()} {self.series.label} ({self.series.unit})"
 
 
-GPU_SIDE_BY_SIDE = (GpuLevelFigure(SERIES["memory_used_mib"], "peak", "peak_memory_used_mib"),
+GPU_SIDE_BY_SIDE = (GpuLevelFigure(SERIES["memory_used_mib"], "peak", "peak_memory_used_mib", 2),
                     GpuLevelFigure(SERIES["utilization_gpu"], "mean", "mean_utilization_gpu"),
                     GpuLevelFigure(SERIES["utilization_memory"], "mean", "mean_utilization_memory"))
 
