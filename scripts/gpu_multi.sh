@@ -7,7 +7,8 @@
 #   prepare SRC WORK   : build the CUDA llama-server and the 7B-shape Q4_K_M (scripts/gpu_check.sh), then
 #                        the 14B-shape one (DeepSeek-R1-Distill-Qwen-14B: 48 layers, hidden 5120, ffn 13824,
 #                        40 heads, 8 KV heads)
-#   measure WORK OUT [DEPS] : run it; OUT gets gpu_multi.json, gpu_multi.txt and nvidia-smi-topo.txt
+#   measure WORK OUT [DEPS] : run it; OUT gets gpu_multi.json, gpu_multi.txt and nvidia-smi-topo.txt (keep
+#                        them in benchmarks/engine/results/ as gpu_multi_<machine>.json and .txt)
 # REQUESTS (default 32) sets the requests per level (at least twice its users).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)

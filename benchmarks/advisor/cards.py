@@ -70,7 +70,7 @@ def _path(gpu: GpuSpec) -> tuple[str, str]:
     key = gpu.topology or ("nvlink" if gpu.interconnect == "nvlink" else "")
     if key in PATHS:
         return PATHS[key]
-    return ("PCIe (the probe did not say which path)", "PCIe, as in the write-up") if key == "" else (key, "")
+    return ("PCIe (which path was not probed)", "PCIe, as in the write-up") if key == "" else (key, "")
 
 
 def _same_setup(ev: Evidence, gpu: GpuSpec, model: ModelSpec) -> bool:
