@@ -292,7 +292,8 @@ class ServerRecipe(models.Model):
             if bad:
                 errors["env"] = f"not allowed: {', '.join(bad)} (a name, and not LD_*, PYTHON* or PATH)"
             elif GPU_ENV & set(self.env):
-                errors["env"] = "which GPUs the server gets is the GPUs field (or a sweep of \"gpus\"), not the environment"
+                errors["env"] = ('which GPUs the server gets is the GPUs field (or a sweep of "gpus"), '
+                                 "not the environment")
         problem = self._gpus_problem([self.gpus] if self.gpus else [])
         if problem:
             errors["gpus"] = problem

@@ -25,8 +25,9 @@ PATHS = {
                                                "can do, but still PCIe, as in the write-up"),
     "multiple": ("PCIe, across several switches (PXB)", "peer-to-peer traffic crosses several PCIe switches: PCIe, "
                                                         "as in the write-up"),
-    "hostbridge": ("PCIe, through the CPU's host bridge (PHB)", "every transfer between the GPUs goes through the "
-                                                                 "CPU's host bridge: as slow as the write-up's or slower"),
+    "hostbridge": ("PCIe, through the CPU's host bridge (PHB)",
+                   "every transfer between the GPUs goes through the CPU's host bridge: as slow as the write-up's "
+                   "or slower"),
     "node": ("PCIe, across host bridges of one CPU (NODE)", "transfers cross host bridges within the CPU: as slow as "
                                                             "the write-up's or slower"),
     "system": ("PCIe, across CPU sockets (SYS)", "transfers cross the link between the CPU sockets, the slowest path "
@@ -118,7 +119,8 @@ def _compare(label: str, series: dict, users: int, metric: str, needs_two: bool)
     best_many = max(many, key=lambda r: getattr(r, metric))
     ratio = getattr(best_many, metric) / getattr(best_one, metric) if getattr(best_one, metric) else None
     if needs_two:
-        verdict, why = "two cards", f"it does not fit on one GPU at this load, so {best_many.split} is the way to serve it"
+        verdict = "two cards"
+        why = f"it does not fit on one GPU at this load, so {best_many.split} is the way to serve it"
     elif getattr(best_one, metric) >= getattr(best_many, metric):
         verdict, why = "one card", (f"one GPU is {'as fast as' if ratio == 1 else 'faster than'} the best split "
                                     f"({best_many.split}, {fmt(ratio * 100)} % of it)")

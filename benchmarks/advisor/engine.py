@@ -25,8 +25,8 @@ from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, Launc
 PRIORITY_PHRASES = {key: p.phrase for key, p in PRIORITY.items()}
 QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the speed evidence
 # Of Recommendation.to_dict(): 6 adds "one card or two?" (cards: measured runs on one GPU and
-# several, or the write-up's anecdote, labelled); 5 adds each candidate's measured start (did it start on a GPU like this
-# one, the launches it rests on, its start-up time and memory after load, a contradiction of the
+# several, or the write-up's anecdote, labelled); 5 adds each candidate's measured start (did it
+# start on a GPU like this one, the launches it rests on, its start-up time and memory after load, a contradiction of the
 # facts table); 4 adds the verdict's reasons (why), each candidate's launch command,
 # estimate, releases and capacity, predicted bands; 3 adds each candidate's quality and the quality
 # basis; 2 names figures as the catalogue does; 1 (no "version") named them ttft_p50_ms-style.
