@@ -304,7 +304,8 @@ def gpus_figure(side: dict) -> dict:
     n = len(figures)
     labels = [row["label"] for row in side["rows"]]
     layout = {"title": {"text": "The GPUs side by side, per level"}, "barmode": "group",
-              "height": 200 * n + 160 + 14 * max(len(lb) for lb in labels),
+              # room below for the level names, slanted
+              "height": 200 * n + 150 + min(160, 5 * max(len(lb) for lb in labels)),
               "xaxis": {"anchor": f"y{n}", "type": "category", "automargin": True, "tickangle": -30}}
     for k, f in enumerate(figures, start=1):
         top = 1 - (k - 1) / n

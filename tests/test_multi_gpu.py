@@ -172,7 +172,7 @@ def test_each_gpu_a_server_uses_is_sampled_per_level(settings, tmp_path, monkeyp
 @pytest.mark.django_db(transaction=True)
 def test_the_run_page_shows_the_gpus_side_by_side_within_1366_px(settings, tmp_path, monkeypatch, live_server,
                                                                    page):
-    from test_pages_at_a_glance import CHARTS, OVERFLOW
+    from test_pages_at_a_glance import ARTEFACTS, CHARTS, OVERFLOW
 
     run = lab_run_on_two_gpus(settings, tmp_path, monkeypatch)
     page.set_viewport_size({"width": 1366, "height": 768})
@@ -190,4 +190,6 @@ def test_the_run_page_shows_the_gpus_side_by_side_within_1366_px(settings, tmp_p
         if chart["id"] in ("chart-gpus", "chart-gpu"):
             assert chart["problems"] == [], chart
             assert chart["series"] == 2, chart  # one legend entry per GPU, each its own colour
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    page.locator("#chart-gpus").screenshot(path=str(ARTEFACTS / "run-gpus-side-by-side-1366.png"))
     assert page.js_errors == []
