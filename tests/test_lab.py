@@ -130,7 +130,7 @@ def test_a_sweep_over_parallel_starts_measures_and_stops_three_llama_servers(lab
     for launch in launches:
         row = table[table.index(f"launch-{launch.public_id}"):]
         row = row[:row.index("</tr>")]
-        assert f"{launch.figures.health_s:.2f}" in row and "MiB RSS" in row
+        assert f"<td>{launch.figures.health_s:,.2f}</td>" in row and "MiB RSS" in row
         assert f"{launch.endpoint.levels.get(run=run, level_index=1).stats.stat('aggregate_tok_s'):.1f}" in row
     best = max(LevelResult.objects.filter(run=run), key=lambda lv: lv.stats.stat("aggregate_tok_s"))
     assert f"<strong>llama-q4</strong> --parallel {best.endpoint.launch_flags['--parallel']} at" in page

@@ -7,6 +7,8 @@ from benchmarks.engine import catalogue
 from benchmarks.engine.launcher import MemoryReading
 from benchmarks.models import LevelResult, Run
 
+HEALTH, FIRST_TOKEN, MEMORY = catalogue.LAUNCH_FIGURES  # the table's start-up columns, as defined there
+
 
 def memory_text(reading: MemoryReading) -> str:
     """ "14 900 MiB GPU" / "352 MiB RSS"; "—" when not read."""
@@ -45,6 +47,8 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
         rows.append({
             "launch": launch, "recipe": launch.recipe.name, "setting": launch.label or "as the recipe says",
             "report": f, "cells": cells, "memory_loaded": memory_text(f.memory_loaded),
+            "health": catalogue.shown(HEALTH, f.health_s),
+            "first_token": catalogue.shown(FIRST_TOKEN, f.first_token_s),
             "memory_peak": memory_text(f.memory_peak), "memory_note": f.memory_loaded.note,
             "command": "" if hide_addresses else f.command, "log_tail": blank(f.log_tail),
             "cause_line": blank(f.cause.line), "failed": launch.status in ("refused", "did_not_start")})
@@ -56,9 +60,8 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
                           "level_id": level.public_id})
     for row in rows:
         row["best"] = any(b[0].id == row["launch"].id for b in best.values())
-    health, first_token, memory = catalogue.LAUNCH_FIGURES  # the table's start-up heads, as defined there
     return {"rows": rows, "loads": loads, "figures": catalogue.SWEEP_TABLE, "best": best_rows,
-            "startup": {"health": health, "first_token": first_token, "memory": memory},
+            "startup": {"health": HEALTH, "first_token": FIRST_TOKEN, "memory": MEMORY},
             "best_figure": best_figure, "unstarted": [r for r in rows if r["failed"]]}
 
 
