@@ -36,7 +36,7 @@ from .arrivals import Trace, block_tokens, send_times
 from .conversations import Conversation
 from .datasets import Dataset, DatasetError, Lengths, RequestPlan, sharegpt_entries
 from .metrics import RequestResult, level_wall_time, percentile
-from .stream import StreamError, parse_chunk, sse_data
+from .stream import DONE, StreamError, parse_chunk, sse_data
 from .transport import TimedStream, endpoint_transport
 
 # Plain English words; tokenized by the server to get a pool of ordinary token ids.
@@ -232,6 +232,28 @@ class Load:
 ProgressCallback = Callable[[RequestResult], Awaitable[bool]]  # returns False to stop the run
 
 
+@dataclass(frozen=True)
+class Share:
+    """Which of a level's requests one process sends (shards.py splits a level): a closed loop
+    takes request indices first, first + every, ...; an open loop its `schedule`, (request
+    index, send time after t0) pairs. The default is the whole level."""
+
+    first: int = 0
+    every: int = 1
+    schedule: list[tuple[int, float]] | None = None
+
+
+async def sleep_until(deadline: float) -> None:
+    """Sleep until `deadline` on the monotonic clock (time.perf_counter, CLOCK_MONOTONIC on
+    Linux: the same clock in every process of the machine), to within about 0.1 ms: asyncio's
+    timer (which wakes up to a millisecond late) to 1 ms before it, then yielding turns."""
+    left = deadline - time.perf_counter()
+    if left > 0.001:
+        await asyncio.sleep(left - 0.001)
+    while time.perf_counter() < deadline:
+        await asyncio.sleep(0)
+
+
 class Cancelled(Exception):
     """The run was cancelled while a level was being measured."""
 
@@ -291,6 +313,7 @@ class Session:
         # Why the requests could not be built (a dataset the server cannot tokenize, a prompt
         # over the token limit); set by prepare(), and then no level is measured.
         self.dataset_problem = ""
+        self.stream_tok_s: float | None = None  # tokens/s of one stream in the warmup (prepare)
         limit = max((load.max_in_flight for load in loads), default=1) + SPARE_CONNECTIONS
         self.max_connections = limit
         limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
@@ -415,6 +438,8 @@ class Session:
             result = await self.send(-1 - i, prompt, self.workload.output_tokens, time.perf_counter())
             if result.ok:
                 self.prompts.calibrate(prompt, result.prompt_tokens)
+                if result.tpot:  # one stream's speed, alone on the server: the most a stream gets
+                    self.stream_tok_s = max(self.stream_tok_s or 0.0, 1.0 / result.tpot)
         # Still learn how the server counts prompts, with one short request; text prompts also at
         # half the length, so that a chat template's own tokens are told from the words'.
         for share in ((1.0,) if self.workload.warmup_requests == 0 else ()) + ((0.5,) if pool is None else ()):
@@ -544,10 +569,19 @@ class Session:
     async def send(self, index: int, prompt: list[int] | str, max_tokens: int, t0: float,
                    scheduled: float | None = None, prompt_tokens_asked: int | None = None,
                    messages: list[dict] | None = None, turn: int | None = None,
-                   conversation: int | None = None) -> RequestResult:
+                   conversation: int | None = None, defer: bool = False) -> RequestResult:
         """Send one streaming request and time every chunk. Never raises for server faults:
         they end up in `result.error` with their cause. `messages` (a conversation's turn: its
-        history and new message, to the chat API) keep the reply's text in `result.reply`."""
+        history and new message, to the chat API) keep the reply's text in `result.reply`.
+        `defer`: leave reading what the chunks say to the caller (`_parse_events`, once the
+        level is over)."""
+        result = await self._send(index, prompt, max_tokens, t0, scheduled, prompt_tokens_asked, messages, turn,
+                                  conversation)
+        return result if defer else self._parse_events(result)
+
+    async def _send(self, index: int, prompt: list[int] | str, max_tokens: int, t0: float,
+                    scheduled: float | None, prompt_tokens_asked: int | None, messages: list[dict] | None,
+                    turn: int | None, conversation: int | None) -> RequestResult:
         asked = self.workload.prompt_tokens if prompt_tokens_asked is None else prompt_tokens_asked
         result = RequestResult(index=index, sent=0.0, prompt_tokens_asked=asked,
                                output_tokens_asked=max_tokens, scheduled=scheduled,
@@ -585,7 +619,7 @@ class Session:
                             result.error, result.error_kind = f"HTTP {resp.status_code}: {text}", "http"
                             return result
                         await self._read_stream(resp, result, sent, stream)
-                return self._check_complete(result)
+                return result
             except StreamError as exc:
                 result.error, result.error_kind = str(exc), "server" if "server error" in str(exc) else "protocol"
             except (TimeoutError, httpx.TimeoutException) as exc:
@@ -608,39 +642,61 @@ class Session:
 
     async def _read_stream(self, resp: httpx.Response, result: RequestResult, sent: float,
                            stream: "TimedStream | None" = None) -> None:
-        """Time every chunk: when its bytes reached our socket (the kernel's receive time, with
-        a TimedStream), else when we parsed it. Kept lean: it runs for every chunk of every
-        stream, and a client that falls behind times its chunks late."""
-        chunk_times, chunk_tokens = result.chunk_times, result.chunk_tokens
+        """Keep every event's data with its time: when its bytes reached our socket (the
+        kernel's receive time, with a TimedStream), else when we framed it. Nothing else
+        happens per chunk while the stream runs: what the chunks say (content or not, usage,
+        errors) is read afterwards by `_parse_events` (at the level's end in `measure`), since
+        a client busy parsing times the next chunks late. A stream that ends with `[DONE]` is
+        read to its end so its connection stays in the pool."""
+        times: list[float] = []
+        datas: list[bytes] = []
+        result._events = (times, datas)  # kept as they come: a stream cut short keeps its chunks
         perf_counter = time.perf_counter
-        events = sse_data(resp)
+        events = sse_data(resp, as_bytes=True)
         async for data in events:
-            now = stream.arrived if stream is not None else perf_counter()
-            if not data:
-                continue
-            chunk = parse_chunk(data)
-            if chunk.done:
+            if len(data) < 16 and data.strip() == DONE:
                 await _drain(events)
                 break
-            if chunk.is_content:
-                if result.reply is not None and not chunk.reasoning:
-                    result.reply.append(chunk.content)
-                if result.first_content is None:
-                    result.first_content = now - sent
-                if not chunk.reasoning and result.first_answer is None:
-                    result.first_answer = now - sent
-                if chunk.reasoning:
-                    result.reasoning_chunks += 1
-                chunk_times.append(now - sent)
-                chunk_tokens.append(1)
-                result.client_output_tokens += 1
-            if chunk.usage:
-                result.prompt_tokens = _int_or_none(chunk.usage.get("prompt_tokens"))
-                result.output_tokens = _int_or_none(chunk.usage.get("completion_tokens"))
-            if chunk.timings:
-                result.timings = chunk.timings
-            if chunk.finish_reason:
-                result.finish_reason = chunk.finish_reason
+            if data:
+                times.append((stream.arrived if stream is not None else perf_counter()) - sent)
+                datas.append(data)
+
+    @classmethod
+    def _parse_events(cls, result: RequestResult) -> RequestResult:
+        """What the kept events of a request say (see _read_stream), then whether it is complete.
+        A chunk that is not valid (or a server error in the stream) fails the request there, as
+        it would have while reading."""
+        events = result.__dict__.pop("_events", None)
+        if events is None:
+            return result
+        try:
+            for at, data in zip(*events):
+                chunk = parse_chunk(data)
+                if chunk.done:
+                    break
+                if chunk.is_content:
+                    if result.reply is not None and not chunk.reasoning:
+                        result.reply.append(chunk.content)
+                    if result.first_content is None:
+                        result.first_content = at
+                    if not chunk.reasoning and result.first_answer is None:
+                        result.first_answer = at
+                    if chunk.reasoning:
+                        result.reasoning_chunks += 1
+                    result.chunk_times.append(at)
+                    result.chunk_tokens.append(1)
+                    result.client_output_tokens += 1
+                if chunk.usage:
+                    result.prompt_tokens = _int_or_none(chunk.usage.get("prompt_tokens"))
+                    result.output_tokens = _int_or_none(chunk.usage.get("completion_tokens"))
+                if chunk.timings:
+                    result.timings = chunk.timings
+                if chunk.finish_reason:
+                    result.finish_reason = chunk.finish_reason
+        except StreamError as exc:
+            result.error, result.error_kind = str(exc), "server" if "server error" in str(exc) else "protocol"
+            return result
+        return cls._check_complete(result) if not result.error else result
 
     @staticmethod
     def _check_complete(result: RequestResult) -> RequestResult:
@@ -695,20 +751,29 @@ class Session:
         return load.concurrency if load.rate is None else (load.concurrency or min(256, max(4, int(fastest * 2))))
 
     async def measure(self, load: Load, progress: ProgressCallback | None = None,
-                      should_stop: Callable[[], bool] | None = None, open_pool: bool = True) -> LevelOutcome:
+                      should_stop: Callable[[], bool] | None = None, open_pool: bool = True, *,
+                      start_at: float | None = None, share: "Share | None" = None) -> LevelOutcome:
         """Measure one load level. Connections are opened first (unless the caller already
         did: `open_pool=False`), so that connection setup never lands in a measured TTFT.
         `should_stop` is polled every 0.2 s: when it says so, the requests in flight are
         cancelled at once and Cancelled is raised. A load wider than the session's pool (see
-        `loads`) raises ValueError before any request."""
+        `loads`) raises ValueError before any request.
+
+        A shard of a level split over processes or machines (shards.py) gives `start_at`, the
+        level's t0 on this machine's monotonic clock (the level waits for it), and its `share`
+        of the requests; its results keep the level's request indices."""
         if load.max_in_flight > self.max_connections - SPARE_CONNECTIONS:
             raise ValueError(f"{load.label} needs {load.max_in_flight} connections; this session's pool holds "
                              f"{self.max_connections - SPARE_CONNECTIONS}: give the Session its loads")
         if open_pool:
             await self.open_connections(self.streams_for(load))
+        if start_at is not None:
+            await sleep_until(start_at)
         monitor = ClientMonitor()
         monitor.start()
         started_at, t0 = time.time(), time.perf_counter()
+        if start_at is not None:
+            started_at, t0 = started_at - (t0 - start_at), start_at
         results: list[RequestResult] = []
         stop = asyncio.Event()
         deadline = t0 + load.duration_s if load.duration_s else None
@@ -720,7 +785,7 @@ class Session:
 
         mode = self._open_loop if load.rate is not None else (
             self._conversations if load.conversation is not None else self._closed_loop)
-        work = asyncio.ensure_future(mode(load, t0, deadline, record, stop))
+        work = asyncio.ensure_future(mode(load, t0, deadline, record, stop, share or Share()))
         try:
             with _measuring_interpreter():
                 while not work.done():
@@ -734,7 +799,10 @@ class Session:
             client = monitor.stop()
         if stop.is_set():
             raise Cancelled()
-        results.sort(key=lambda r: r.index)
+        # What the chunks said is read now, once the level is over (see _read_stream).
+        parse_started = time.process_time()
+        results = sorted((self._parse_events(r) for r in results), key=lambda r: r.index)
+        client["parse_cpu_s"] = time.process_time() - parse_started
         lags = [r.send_lag for r in results if r.send_lag is not None]
         if lags:
             client["send_lag_ms_p99"] = percentile([x * 1000 for x in lags], 99)
@@ -742,21 +810,22 @@ class Session:
         return LevelOutcome(load.concurrency, results, started_at, level_wall_time(results), t0,
                             rate=load.rate, client=client)
 
-    async def _closed_loop(self, load: Load, t0: float, deadline: float | None, record, stop) -> None:
+    async def _closed_loop(self, load: Load, t0: float, deadline: float | None, record, stop, share: "Share") -> None:
         """Each stream sends its next request as soon as the previous one finished."""
         limit = load.requests if load.requests is not None else 10**9
-        counter = iter(range(limit))
+        counter = iter(range(share.first, limit, share.every))
 
         async def stream() -> None:
             for i in counter:
                 if stop.is_set() or (deadline and time.perf_counter() >= deadline):
                     return
                 prompt, asked, output = self.request(i)
-                await record(await self.send(i, prompt, output, t0, prompt_tokens_asked=asked))
+                await record(await self.send(i, prompt, output, t0, prompt_tokens_asked=asked, defer=True))
 
         await asyncio.gather(*(stream() for _ in range(load.concurrency)))
 
-    async def _conversations(self, load: Load, t0: float, deadline: float | None, record, stop) -> None:
+    async def _conversations(self, load: Load, t0: float, deadline: float | None, record, stop,
+                             share: "Share") -> None:
         """Each stream holds one multi-turn session after another: turn k sends the session's
         history (its earlier user messages and the server's actual replies) and a new user
         message, after a think time. Request i is turn i % turns of session i // turns. A turn
@@ -764,7 +833,7 @@ class Session:
         conversation = load.conversation
         turns = conversation.turns
         limit = load.requests if load.requests is not None else 10**9
-        sessions = iter(range(math.ceil(limit / turns)))
+        sessions = iter(range(share.first, math.ceil(limit / turns), share.every))  # a shard's: every n-th
 
         def over() -> bool:
             return stop.is_set() or bool(deadline and time.perf_counter() >= deadline)
@@ -805,30 +874,31 @@ class Session:
         return send_times(load.arrivals, load.rate, load.requests, self.rng, burstiness=load.burstiness,
                           ramp_to=load.ramp_to, duration_s=load.duration_s, trace=load.trace, speedup=load.speedup)
 
-    async def _open_loop(self, load: Load, t0: float, deadline: float | None, record, stop) -> None:
+    async def _open_loop(self, load: Load, t0: float, deadline: float | None, record, stop, share: "Share") -> None:
         """Requests leave on a schedule, whatever the server's pace; an optional cap bounds
         how many are in flight (then waiting for a free place counts as send lag)."""
         cap = asyncio.Semaphore(load.concurrency) if load.concurrency else None
-        times = self.schedule(load)
-        prompts_ready = [self.request(i, load.trace) for i in range(min(64, len(times)))]
+        timetable = share.schedule if share.schedule is not None else list(enumerate(self.schedule(load)))
+        prompts_ready = {i: self.request(i, load.trace) for i, _ in timetable[:64]}
 
         async def one(i: int, at: float) -> None:
-            prompt, asked, output = prompts_ready[i] if i < len(prompts_ready) else self.request(i, load.trace)
+            prompt, asked, output = prompts_ready.pop(i, None) or self.request(i, load.trace)
             delay = t0 + at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             if stop.is_set():
                 return
             if cap is None:
-                result = await self.send(i, prompt, output, t0, scheduled=at, prompt_tokens_asked=asked)
+                result = await self.send(i, prompt, output, t0, scheduled=at, prompt_tokens_asked=asked, defer=True)
             else:
                 async with cap:
                     if stop.is_set():
                         return
-                    result = await self.send(i, prompt, output, t0, scheduled=at, prompt_tokens_asked=asked)
+                    result = await self.send(i, prompt, output, t0, scheduled=at, prompt_tokens_asked=asked,
+                                             defer=True)
             await record(result)
 
-        await asyncio.gather(*(one(i, at) for i, at in enumerate(times)))
+        await asyncio.gather(*(one(i, at) for i, at in timetable))
 
     def failed_level(self, concurrency: int, n_requests: int, cause: str, kind: str) -> LevelOutcome:
         """A level that could not be measured (preflight failed): every request failed with

@@ -11,6 +11,7 @@ import httpx
 
 from . import gpu as gpu_telemetry
 from .client import Load, LevelOutcome, ProgressCallback, Session
+from .shards import measure_level
 from .server_metrics import MetricsSampler, ServerSeries, ServerSummary, scrape, server_was_idle
 
 
@@ -29,13 +30,18 @@ class ServerTelemetry:
 async def measure_observed(session: Session, load: Load, progress: ProgressCallback | None = None,
                            should_stop: Callable[[], bool] | None = None, gpu_indices: list[int] | None = None,
                            gpu_note: str = "", gpu_interval_s: float = 0.2,
-                           metrics_interval_s: float = 0.5) -> tuple[LevelOutcome, GpuTelemetry, ServerTelemetry]:
+                           metrics_interval_s: float = 0.5, processes: int = 1, why: str = "",
+                           measure=None) -> tuple[LevelOutcome, GpuTelemetry, ServerTelemetry]:
     """Measure `load` while sampling the GPUs (a thread, only when `gpu_indices` is given:
     the worker must run on the GPU's host) and the server's /metrics (a task in this loop).
-    Returns the outcome and the GPU and server telemetry."""
+    `processes` > 1 splits the level over that many shard processes (shards.py), each opening
+    its own connections; `measure` (an awaitable factory) replaces how the level itself is
+    measured (the run's worker splitting it over load-generator workers). Returns the outcome
+    and the GPU and server telemetry."""
     # The pool's tiny opening requests come first, so that the server's own histograms over
     # the sampled span hold only the level's requests.
-    await session.open_connections(session.streams_for(load))
+    if processes <= 1 and measure is None:
+        await session.open_connections(session.streams_for(load))
     await _settle(session)
     gpus = gpu_telemetry.GpuSampler(gpu_indices, gpu_interval_s) if gpu_indices is not None else None
     if gpus is not None:
@@ -43,7 +49,10 @@ async def measure_observed(session: Session, load: Load, progress: ProgressCallb
     server = MetricsSampler(session.target.base_url, metrics_interval_s, client=session.client)
     server.start()
     try:
-        outcome = await session.measure(load, progress, should_stop, open_pool=False)
+        if measure is not None:
+            outcome = await measure()
+        else:
+            outcome = await measure_level(session, load, processes, progress, should_stop, why)
     finally:
         await server.stop()
         if gpus is not None:

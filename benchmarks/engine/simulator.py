@@ -173,12 +173,22 @@ class Simulator:
         self.fail_paths = {path.strip(): int(status) for path, _, status in
                            (item.rpartition("=") for item in config.fail_paths.split(",") if item.strip())}
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        self.listener = socket.create_server((host, port), backlog=2048)
-        self.listener.setblocking(False)
-        loop = asyncio.get_running_loop()
-        self.tasks.add(loop.create_task(self._accept()))
+    async def start(self, host: str = "127.0.0.1", port: int = 0, reuse_port: bool = False) -> int:
+        """Listen on host:port. `reuse_port`: several simulator processes share the port
+        (SO_REUSEPORT: the kernel spreads connections over them), one server on many cores."""
+        self.listener = self._listen(host, port, reuse_port)
         return self.listener.getsockname()[1]
+
+    def _listen(self, host: str, port: int, reuse_port: bool = False) -> socket.socket:
+        listener = socket.create_server((host, port), backlog=2048, reuse_port=reuse_port)
+        listener.setblocking(False)
+        self.tasks.add(asyncio.get_running_loop().create_task(self._accept(listener)))
+        return listener
+
+    async def control(self, host: str = "127.0.0.1") -> int:
+        """A second port of this process alone: with a shared port, the only way to ask one
+        particular process for its truth and stats."""
+        return self._listen(host, 0).getsockname()[1]
 
     async def stop(self) -> None:
         """Stop listening and drop every connection (for a simulator run inside a test's process)."""
@@ -188,10 +198,10 @@ class Simulator:
         if self.listener is not None:
             self.listener.close()
 
-    async def _accept(self) -> None:
+    async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            sock, _ = await loop.sock_accept(self.listener)
+            sock, _ = await loop.sock_accept(listener)
             conn = Connection(sock, loop)
             self.stats["connections"] += 1
             task = loop.create_task(self.handle(conn, conn))
@@ -766,6 +776,9 @@ def main(argv=None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8100)
     ap.add_argument("--config-json", default="", help="all settings at once, as JSON")
+    ap.add_argument("--reuse-port", action="store_true",
+                    help="share --port with other simulator processes (SO_REUSEPORT); each also prints "
+                         "'control on URL', a port of its own for its /_truth and /_stats")
     for name, f in SimConfig.__dataclass_fields__.items():
         kind = type(f.default)
         if kind is bool:
@@ -788,8 +801,10 @@ def main(argv=None) -> None:
             port = await tls_front(a.host, a.port, await sim.start("127.0.0.1", 0), cfg.tls_cert, cfg.tls_key)
             print(f"listening on https://{a.host}:{port}", flush=True)
         else:
-            port = await sim.start(a.host, a.port)
+            port = await sim.start(a.host, a.port, reuse_port=a.reuse_port)
             print(f"listening on http://{a.host}:{port}", flush=True)
+            if a.reuse_port:
+                print(f"control on http://{a.host}:{await sim.control(a.host)}", flush=True)
         await asyncio.Event().wait()
 
     try:

@@ -25,12 +25,18 @@ class Chunk:
     done: bool = False  # the [DONE] sentinel
 
 
-def parse_chunk(data: str) -> Chunk:
-    """Interpret one SSE `data:` payload."""
-    if data.strip() == "[DONE]":
+DONE = b"[DONE]"
+
+
+def parse_chunk(data: str | bytes) -> Chunk:
+    """Interpret one SSE `data:` payload (text, or its UTF-8 bytes)."""
+    if data.strip() == (DONE if isinstance(data, bytes) else "[DONE]"):
         return Chunk(done=True)
     try:
-        obj = json.loads(data)
+        try:
+            obj = json.loads(data)
+        except UnicodeDecodeError:  # as the text path reads it: undecodable bytes replaced
+            obj = json.loads(data.decode("utf-8", "replace"))
     except ValueError as exc:
         raise StreamError(f"malformed chunk (not JSON): {data[:120]!r}") from exc
     if not isinstance(obj, dict):
@@ -79,8 +85,9 @@ def parse_chunk(data: str) -> Chunk:
 MAX_EVENT_BYTES = 1 << 20
 
 
-async def sse_data(resp: httpx.Response, max_event_bytes: int = MAX_EVENT_BYTES):
-    """The `data` of each server-sent event of a streamed response, as text, as soon as the
+async def sse_data(resp: httpx.Response, max_event_bytes: int = MAX_EVENT_BYTES, as_bytes: bool = False):
+    """The `data` of each server-sent event of a streamed response, as text (or its bytes
+    undecoded, `as_bytes`: the measuring loop leaves decoding to parse_chunk), as soon as the
     event is complete (the SSE format: lines end with CRLF, LF or CR; an event ends with a
     blank line; its `data:` lines are joined with newlines; other fields and comments are
     ignored; events without data are skipped). Works on the bytes, one split per network
@@ -124,12 +131,13 @@ async def sse_data(resp: httpx.Response, max_event_bytes: int = MAX_EVENT_BYTES)
                 tail = bytearray(rest)
         for event in block.split(b"\n\n"):
             if event.startswith(b"data:") and b"\n" not in event:  # the usual one-line event
-                yield (event[6:] if event[5:6] == b" " else event[5:]).decode("utf-8", "replace")
+                data = event[6:] if event[5:6] == b" " else event[5:]
+                yield data if as_bytes else data.decode("utf-8", "replace")
                 continue
             data = [line[6:] if line[5:6] == b" " else line[5:]
                     for line in event.split(b"\n") if line.startswith(b"data:")]
             if data:
-                yield b"\n".join(data).decode("utf-8", "replace")
+                yield b"\n".join(data) if as_bytes else b"\n".join(data).decode("utf-8", "replace")
         if len(tail) > max_event_bytes:
             raise StreamError(f"an event grew past {max_event_bytes} bytes without ending "
                               f"(no blank line): not a valid stream; it began {bytes(tail[:80])!r}")

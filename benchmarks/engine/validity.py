@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .gpu import THROTTLING, GpuSummary
+from .client_figures import ClientFigures
 from .metrics import LevelSummary
 
 THRESHOLDS = {
@@ -69,14 +70,7 @@ def level_flags(summary: LevelSummary, *, client: dict | None = None, gpu: GpuSu
                                              f"{need} to mean much."))
             break
     client = client or {}
-    if (client.get("loop_lag_ms_p99") or 0) > t["loop_lag_ms"]:
-        flags.append(Flag("client_saturated", f"The client's event loop ran {client['loop_lag_ms_p99']:.1f} ms "
-                                              f"late (p99): its timings may be late too."))
-    if not capped and (client.get("send_lag_ms_p99") or 0) > t["send_lag_ms"]:
-        flags.append(Flag("client_saturated", f"Requests left {client['send_lag_ms_p99']:.1f} ms after their "
-                                              "schedule (p99): the client could not keep the rate."))
-    if (client.get("cpu_percent") or 0) > t["client_cpu_percent"]:
-        flags.append(Flag("client_saturated", f"The client used {client['cpu_percent']:.0f} % of a CPU core."))
+    flags += client_flags(client, capped)
     flags += schedule_flags(summary)
     flags += host_flags(client)
     if server_idle_at_start is False:
@@ -111,6 +105,31 @@ def schedule_flags(summary: LevelSummary) -> list[Flag]:
                 f"one: requests waited in the client before they left (the cap on requests in flight, or a "
                 f"client that fell behind), a wait the actual-send figures hide. Read the from-schedule "
                 f"figures (flagged beyond {gap['share']:.0%} and {gap['ms']:g} ms)."))]
+    return []
+
+
+def client_flags(client: dict, capped: bool = False) -> list[Flag]:
+    """`client_saturated`, judged shard by shard: one process that fell behind (its event loop
+    late, its requests leaving after their schedule, its core full) timed its own chunks late,
+    whatever the other shards did. The first such shard gives the reason."""
+    t = THRESHOLDS
+    figures = ClientFigures.read(client)
+    for shard in figures.shards:
+        who = figures.label(shard)
+        who = who[:1].upper() + who[1:]
+        if (shard.loop_lag_ms_p99 or 0) > t["loop_lag_ms"]:
+            return [Flag("client_saturated", f"{who}The client's event loop ran "
+                                             f"{shard.loop_lag_ms_p99:.1f} ms late (p99): its timings may be late too.")]
+        if not capped and (shard.send_lag_ms_p99 or 0) > t["send_lag_ms"]:
+            return [Flag("client_saturated", f"{who}Requests left "
+                                             f"{shard.send_lag_ms_p99:.1f} ms after their schedule (p99): the client "
+                                             "could not keep the rate.")]
+        if (shard.cpu_percent or 0) > t["client_cpu_percent"]:
+            return [Flag("client_saturated", f"{who}The client used "
+                                             f"{shard.cpu_percent:.0f} % of a CPU core.")]
+    if not capped and (figures.send_lag_ms_p99 or 0) > t["send_lag_ms"]:
+        return [Flag("client_saturated", f"Requests left {figures.send_lag_ms_p99:.1f} ms after their schedule "
+                                         "(p99): the client could not keep the rate.")]
     return []
 
 
