@@ -39,11 +39,12 @@ from .client_figures import ClientFigures, ShardFigures
 from .datasets import RequestPlan
 from .metrics import level_wall_time
 
-# Chunks a second one load-generator process reads with its event loop under 5 ms late at
-# p99 and its TTFT error p99 under 1 ms: scripts/bench_capacity.py, one process, on the 2-core
-# development machine with the simulator (itself sharded) on the same cores (result file
-# benchmarks/engine/capacity-2core.json). A machine with more cores to spare runs more shards;
-# it does not make one faster, so the constant is kept on the safe side of what was measured.
+# Chunks a second one load-generator process is given. An estimate, from what was measured:
+# one process at 6,400 chunks/s (256 streams x 25 tok/s) ran its loop 40-69 ms late at p99 on
+# the 16-core H200 machine (issue 18) and 45 ms here (2 cores, shared), at 79 us of client CPU
+# per chunk here after the lean read path (1 / 79 us = 12,700 chunks/s would fill a whole
+# core); a loop that keeps under 5 ms late needs most of its core idle, hence about a third.
+# scripts/bench_capacity.py measures the real figure per machine (results beside ACCURACY.md).
 CHUNKS_PER_S_PER_PROCESS = 4000
 # The coordinator's lead between the last shard ready and the level's start: time for the start
 # message to reach every shard and for each to wake from its sleep.
@@ -123,18 +124,19 @@ class SessionSpec:
     entry_outputs: dict = field(default_factory=dict)
     entry_offset: int = 0
     prefix: list[int] | str = field(default_factory=list)
+    kind: type = Session  # the session's class (a subclass may build its requests its own way)
 
     @classmethod
     def of(cls, session: Session) -> "SessionSpec":
         p = session.prompts
         return cls(session.target, session.workload, session.timeouts, session.addresses, p.pool, p.offset,
                    p.words_per_token, session.plan, session.entry_ids, session.entry_outputs,
-                   session.entry_offset, session.prefix)
+                   session.entry_offset, session.prefix, type(session))
 
     def session(self, load: Load, shard: int) -> Session:
         """A Session like the prepared one, for `load` (the shard's part): its own pool and
         random prompts drawn from its own seed (the level's lengths stay those of the plan)."""
-        session = Session(self.target, self.workload, self.timeouts, loads=[load], addresses=self.addresses)
+        session = self.kind(self.target, self.workload, self.timeouts, loads=[load], addresses=self.addresses)
         seed = self.workload.seed
         session.rng.seed(None if seed is None else f"{seed}:shard{shard}")
         session.prompts.pool, session.prompts.offset = self.pool, self.offset
