@@ -93,6 +93,11 @@ DATASET_FIELDS = ("dataset_source", "length_distribution", "length_spread", "dat
                   "prefix_tokens", "prefix_share")
 
 
+# A level split over more shards than this is not one a worker can start in reasonable time.
+MAX_LOAD_PROCESSES = 64
+MAX_LOAD_WORKERS = 16
+
+
 class RunForm(forms.Form):
     title = TextField(max_length=200, required=False)
     endpoints = EndpointChoiceField(
@@ -155,6 +160,14 @@ class RunForm(forms.Form):
     slo_e2e_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: E2E (ms)")
     warmup_requests = forms.IntegerField(initial=2, min_value=0, max_value=100,
                                          help_text="Sent before measuring; never part of a result.")
+    load_processes = forms.IntegerField(required=False, min_value=0, max_value=MAX_LOAD_PROCESSES,
+                                        label="Client processes",
+                                        help_text="Load-generator processes per level (blank or 0: chosen from the "
+                                                  "expected chunk rate and the worker's cores).")
+    load_workers = forms.IntegerField(required=False, min_value=0, max_value=MAX_LOAD_WORKERS,
+                                      label="Client machines",
+                                      help_text="Load-generator workers a level is spread over (blank, 0 or 1: "
+                                                "the run's own worker).")
     seed = forms.IntegerField(required=False, min_value=0, max_value=2**63 - 1,
                               help_text="Optional: makes the random prompts repeatable.")
     # What the requests ask for (engine/datasets.py); the prompt and output tokens above are the
@@ -455,6 +468,16 @@ class RunForm(forms.Form):
         if cap > settings.MAX_CONCURRENCY:
             raise forms.ValidationError(f"{cap} is above the limit of {settings.MAX_CONCURRENCY} concurrent requests.")
         return cap
+
+    def clean_load_processes(self):
+        return self.cleaned_data.get("load_processes") or 0
+
+    def clean_load_workers(self):
+        workers = self.cleaned_data.get("load_workers") or 0
+        if workers > 1 and not settings.LOADGEN_QUEUE:
+            raise forms.ValidationError("This site has no load-generator workers (LOADGEN_QUEUE is not set): "
+                                        "leave it blank to measure from the run's worker.")
+        return workers
 
     def clean(self):
         data = super().clean()

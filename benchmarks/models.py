@@ -17,6 +17,7 @@ from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Target, Workload
 from benchmarks.engine.arrivals import ArrivalPattern
 from benchmarks.engine.conversations import Conversation
+from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary, Topology
 from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, REFUSED_ENV, LaunchReport, ServerSpec,
@@ -460,6 +461,11 @@ class Run(models.Model):
     requests_per_level = models.PositiveIntegerField()
     duration_s = models.FloatField(null=True, blank=True, help_text="Optional time bound per level.")
     warmup_requests = models.PositiveIntegerField()
+    # How many load-generator processes measure each level (engine/shards.py): 0 = chosen per
+    # level from its expected chunk rate and the worker's cores; and over how many
+    # load-generator workers (the LOADGEN_QUEUE) they are spread: 0 or 1 = the run's worker alone.
+    load_processes = models.PositiveSmallIntegerField(default=0)
+    load_workers = models.PositiveSmallIntegerField(default=0)
     seed = models.BigIntegerField(null=True, blank=True)
     # What the requests ask for: engine.datasets.Dataset, written by its to_dict and read by its
     # from_dict (`requests_dataset`); {} (runs stored before) is fixed lengths, as measured then.
@@ -674,6 +680,11 @@ class LevelResult(models.Model):
     @cached_property
     def server(self) -> ServerSummary:
         return ServerSummary.from_dict(self.server_summary)
+
+    @cached_property
+    def client_figures(self) -> ClientFigures:
+        """How busy the load generator was, shard by shard (its reader reads every version)."""
+        return ClientFigures.from_dict(self.client)
 
 
 class QualityMeasurement(models.Model):

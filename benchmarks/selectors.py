@@ -23,6 +23,7 @@ from django.utils import timezone
 from benchmarks.engine.catalogue import (GPU_SIDE_BY_SIDE, METRICS, REQUEST_CSV, RESULTS_TABLE, Figure, definitions,
                                         figure)
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
+from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import histogram
 from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value, ttft_by_turn
@@ -681,7 +682,7 @@ def telemetry_levels(run: Run, field: str) -> list[dict]:
 SERIES_READERS = {"gpu_series": GpuSeries.from_dict, "server_series": ServerSeries.from_dict}
 # Each stored JSON field of a level and the shape that reads and writes it.
 STORED_SHAPES = {"summary": LevelSummary, "gpu_summary": GpuSummary, "gpu_series": GpuSeries,
-                 "server_summary": ServerSummary, "server_series": ServerSeries}
+                 "server_summary": ServerSummary, "server_series": ServerSeries, "client": ClientFigures}
 
 
 def _stored(level: LevelResult, field: str) -> dict:
@@ -741,7 +742,7 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
         "flags": run.flags, "endpoints": endpoints, "quality": quality_export(run, hide_addresses=hide_addresses),
         "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "load": lv.load_label,
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),
-                    "wall_s": lv.wall_s, "client": lv.client, "flags": lv.flags,
+                    "wall_s": lv.wall_s, "flags": lv.flags,
                     **{field: _stored(lv, field) for field in STORED_SHAPES},
                     **({"requests": records[lv.id]} if with_requests else {})} for lv in levels],
     }

@@ -25,9 +25,12 @@ from benchmarks.engine.client import (Cancelled, Finding, LevelOutcome, Load, Se
                                       until_stopped)
 from benchmarks.engine.arrivals import ArrivalPattern
 from benchmarks.engine.conversations import Conversation
+from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
+from benchmarks import loadgen
+from benchmarks.engine import shards
 from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
 from benchmarks.engine.server_metrics import ServerSummary, server_identity
 from benchmarks.engine.validity import level_flags, merge
@@ -51,7 +54,8 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
                quality_ctx: int = quality_engine.DEFAULT_CTX,
                quality_chunks: int = quality_engine.DEFAULT_CHUNKS, recipes: list = (),
                sweep: dict | None = None, dataset: Dataset | None = None,
-               arrival_pattern: ArrivalPattern | None = None, conversation: Conversation | None = None) -> Run:
+               arrival_pattern: ArrivalPattern | None = None, conversation: Conversation | None = None,
+               load_processes: int = 0, load_workers: int = 0) -> Run:
     """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
     queued or running: counted and inserted in one transaction that holds the owner's row.
     With `quality`, the quality step follows the levels: on `quality_text`, or on
@@ -82,6 +86,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             conversation=conversation.to_dict() if load_mode == "conversation" and conversation else {},
             max_concurrency=max_concurrency or 0, duration_s=duration_s,
             requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
+            load_processes=load_processes or 0, load_workers=load_workers or 0,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
             dataset=dataset.to_dict() if dataset is not None else {},
             quality=quality, quality_text=quality_text, quality_reference=quality_reference,
@@ -260,9 +265,11 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
             gpu = server = None
             if preflight.ok:
                 _note(run, f"{endpoint.name}: {load.label}")
+                processes, why = _load_processes(run, session, load)
                 outcome, gpu, server = step(measure_observed(
                     session, load, monitor.progress, monitor.should_stop, gpu_indices, gpu_note,
-                    settings.GPU_SAMPLE_INTERVAL_S, settings.METRICS_SAMPLE_INTERVAL_S))
+                    settings.GPU_SAMPLE_INTERVAL_S, settings.METRICS_SAMPLE_INTERVAL_S, processes=processes, why=why,
+                    measure=loadgen.level_over_workers(run, session, load, processes, monitor, why)))
             else:
                 outcome = session.failed_level(load.concurrency, load.requests or 0,
                                                f"preflight failed: {preflight.cause}", "preflight")
@@ -271,6 +278,14 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
             monitor.level_stored(run.progress_done)
     finally:
         loop.run_until_complete(session.close())
+
+
+def _load_processes(run: Run, session: Session, load) -> tuple[int, str]:
+    """The run's setting, else as many shard processes as the level's expected chunk rate needs
+    (the warmup's speed per stream), on the cores this worker may use."""
+    if run.load_processes:
+        return run.load_processes, f"{run.load_processes} set for the run"
+    return shards.processes_for(load, session.stream_tok_s, run.output_tokens)
 
 
 # What a quality step may meet from a server besides the engine's own refusals (QualityError):
@@ -517,7 +532,8 @@ def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_in
             run=run, endpoint=endpoint, level_index=level_index, concurrency=outcome.concurrency,
             rate=outcome.rate, started_at=datetime.fromtimestamp(outcome.started_at, tz=dt_timezone.utc),
             wall_s=outcome.wall_s, completed=summary.completed, failed=summary.failed,
-            summary=summary.to_dict(), client=outcome.client, flags=[f.to_dict() for f in flags],
+            summary=summary.to_dict(), client=ClientFigures.read(outcome.client).to_dict(),
+            flags=[f.to_dict() for f in flags],
             gpu_summary=gpu.summary.to_dict() if gpu.summary != GpuSummary() else {},
             gpu_series=gpu.series.to_dict(),
             server_summary=server.summary.to_dict() if server.summary != ServerSummary() else {},

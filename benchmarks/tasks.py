@@ -6,6 +6,7 @@ from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import connection
 
+from benchmarks import loadgen  # noqa: F401  (its task: a shard on a load-generator worker)
 from benchmarks import services
 from benchmarks.lab import services as lab_services
 

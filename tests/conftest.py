@@ -69,8 +69,8 @@ def worker_env(**overrides) -> dict:
     return env
 
 
-def spawn_worker(env: dict, name: str = "worker") -> subprocess.Popen:
-    """Start `celery worker` (solo pool, the shared queue) and wait until it is ready."""
+def spawn_worker(env: dict, name: str = "worker", queue: str = "") -> subprocess.Popen:
+    """Start `celery worker` (solo pool, the shared queue or `queue`) and wait until it is ready."""
     from django.conf import settings
 
     # One log per test session: two sessions on one machine (different test databases) must not
@@ -79,7 +79,7 @@ def spawn_worker(env: dict, name: str = "worker") -> subprocess.Popen:
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "v100site", "worker", "--pool", "solo", "--concurrency", "1",
-         "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--loglevel", "INFO", "-n", f"{name}@%h",
+         "-Q", queue or settings.CELERY_TASK_DEFAULT_QUEUE, "--loglevel", "INFO", "-n", f"{name}@%h",
          "--without-gossip", "--without-mingle", "--without-heartbeat"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     proc.log_path = log_path

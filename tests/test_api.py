@@ -227,6 +227,10 @@ def test_a_run_is_created_from_names_and_lists_with_the_form_s_defaults():
     ("quality", "yes", "Send true or false"),
     ("title", {"a": 1}, "not a list or an object"),
     ("title", "\ud800", "lone surrogate"),
+    ("load_processes", -1, "greater than or equal to 0"),
+    ("load_processes", 65, "less than or equal to 64"),
+    ("load_processes", "four", "Enter a whole number"),
+    ("load_workers", 2, "no load-generator workers (LOADGEN_QUEUE is not set)"),
 ])
 def test_field_errors_are_the_form_s_messages_as_json(field, value, message):
     e = endpoint()
@@ -401,3 +405,16 @@ def test_a_comparison_is_read_with_its_members_warnings_and_ratios():
     assert any("prompt" in w.lower() for w in body["warnings"])  # 512 vs 256 prompt tokens
     assert body["ratios"] and body["throughput_chart"].endswith(f"/c/{comparison.public_id}/throughput.json")
     assert Client().get(API + "comparisons/nosuch/").json()["error"] == "No comparison has this link."
+
+
+def test_client_processes_and_machines_are_kept_with_the_run(settings):
+    settings.LOADGEN_QUEUE = "loadgen"
+    e = endpoint()
+    api, _ = token_for()
+    r = submit(api, minimal_run(e, load_processes=4, load_workers=2))
+    assert r.status_code == 201, r.content
+    run = Run.objects.get()
+    assert (run.load_processes, run.load_workers) == (4, 2)
+    r = submit(api, minimal_run(e))
+    assert r.status_code == 201
+    assert Run.objects.exclude(id=run.id).get().load_processes == 0  # chosen per level

@@ -194,6 +194,13 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", "43200")}
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_DEFAULT_QUEUE", "runs")
 CELERY_TASK_IGNORE_RESULT = True
+# Load-generator workers (benchmarks/loadgen.py): a level spread over several machines runs
+# its shards as tasks on this queue ("" = none: every level is measured by the run's worker).
+# Their results come back through the result backend (Redis: the broker's, unless set).
+LOADGEN_QUEUE = os.environ.get("LOADGEN_QUEUE", "")
+LOADGEN_START_LEAD_S = float(os.environ.get("LOADGEN_START_LEAD_S", "5"))
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or (
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else None)
 # Route each run to its host's queue (a worker per GPU host). Off on one machine, where one
 # worker consumes the shared queue.
 HOST_QUEUES = envbool("HOST_QUEUES", "False")
