@@ -31,7 +31,7 @@ from celery import group, shared_task
 from django.conf import settings
 from django.core import signing
 
-from benchmarks.engine.client import Cancelled, Load, Share
+from benchmarks.engine.client import Cancelled, Load
 from benchmarks.engine.client_figures import ShardFigures
 from benchmarks.engine.metrics import RequestResult
 from benchmarks.engine.shards import SessionSpec, ShardFailed, merge, run_shard, split
@@ -59,12 +59,13 @@ def clock_offset(r: redis.Redis, samples: int = 7) -> tuple[float, float]:
     return best
 
 
-def _pack(spec: SessionSpec) -> str:
-    """The prepared session, signed: a shard unpickles only what the site itself sent."""
-    return signing.Signer(salt=_SALT).sign(base64.b64encode(pickle.dumps(spec)).decode("ascii"))
+def _pack(parts: tuple) -> str:
+    """What a shard needs (plain engine objects), signed: a shard unpickles only what the site
+    itself sent."""
+    return signing.Signer(salt=_SALT).sign(base64.b64encode(pickle.dumps(parts)).decode("ascii"))
 
 
-def _unpack(blob: str) -> SessionSpec:
+def _unpack(blob: str) -> tuple:
     return pickle.loads(base64.b64decode(signing.Signer(salt=_SALT).unsign(blob)))
 
 
@@ -75,9 +76,10 @@ def _result_from(data: dict) -> RequestResult:
 # acks_late (the site's default) also keeps a busy worker from reserving a second shard of the
 # same level, which would then start late.
 @shared_task(name="benchmarks.loadgen_shard", ignore_result=False)
-def loadgen_shard(blob: str, shard: int, load: dict, share: dict, start_ref: float, key: str) -> dict:
-    """One shard of a level, on a load-generator worker: see the module's docstring."""
-    spec = _unpack(blob)
+def loadgen_shard(blob: str, shard: int, start_ref: float, key: str) -> dict:
+    """One shard of a level, on a load-generator worker: see the module's docstring. `blob`
+    holds the prepared session, this shard's part of the level and its share of the requests."""
+    spec, load, share = _unpack(blob)
     r = _redis()
     offset, rtt = clock_offset(r)
     stop_key, done_key = f"{key}:stop", f"{key}:done"
@@ -107,10 +109,8 @@ def loadgen_shard(blob: str, shard: int, load: dict, share: dict, start_ref: flo
         r.incr(done_key)
         return True
 
-    share = Share(share["first"], share["every"], [tuple(x) for x in share["schedule"]]
-                  if share.get("schedule") is not None else None)
     try:
-        outcome = asyncio.run(run_shard(spec, shard, Load(**load), share, wait_start, should_stop, progress))
+        outcome = asyncio.run(run_shard(spec, shard, load, share, wait_start, should_stop, progress))
     except Cancelled:
         return {"cancelled": True}
     outcome.client["clock_offset_ms"] = offset * 1000  # to Redis; the coordinator makes it relative
@@ -131,12 +131,9 @@ async def over_workers(session, load: Load, workers: int, progress=None, should_
     offset, _ = clock_offset(r)
     key = f"v100site:loadgen:{uuid.uuid4().hex}"
     start_ref = time.time() + offset + settings.LOADGEN_START_LEAD_S
-    blob = _pack(SessionSpec.of(session))
+    spec = SessionSpec.of(session)
     shares = split(session, load, workers)
-    tasks = group(loadgen_shard.s(blob, k, {"concurrency": part.concurrency, "rate": part.rate,
-                                              "arrivals": part.arrivals, "requests": part.requests,
-                                              "duration_s": part.duration_s},
-                                  {"first": share.first, "every": share.every, "schedule": share.schedule}, start_ref, key)
+    tasks = group(loadgen_shard.s(_pack((spec, part, share)), k, start_ref, key)
                   for k, (part, share) in enumerate(shares))
     pending = tasks.apply_async(queue=settings.LOADGEN_QUEUE)
     seen = 0

@@ -60,7 +60,7 @@ class IndexedSession(Session):
     """Prompts that say which request they are (so each is found in the simulator's truth by
     content, whichever shard sent it)."""
 
-    def request(self, i: int):
+    def request(self, i: int, *_, **__):
         prompt = [100 + i % 20000, 100 + i // 20000] + [500 + j for j in range(PROMPT_TOKENS - 2)]
         return prompt, PROMPT_TOKENS, OUTPUT_TOKENS
 
