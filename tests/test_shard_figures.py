@@ -7,7 +7,7 @@ from benchmarks import services
 from benchmarks.engine.client import LevelOutcome
 from benchmarks.engine.client_figures import ClientFigures, ShardFigures
 from benchmarks.engine.metrics import RequestResult
-from benchmarks.models import LevelResult
+from benchmarks.models import LevelResult, Run
 from factories import endpoint
 from test_fault_tolerance import create_run
 
@@ -54,3 +54,21 @@ def test_a_row_stored_before_shards_reads_as_one_process(client):
     assert read.processes == 1 and read.cpu_percent == 12.0 and read.host["host_load_1m"] == 0.5
     page = client.get(f"/r/{run.public_id}/").content.decode()
     assert "0.5 on 2 CPUs" in page and "processes" not in page.split('id="telemetry"')[1].split("</table>")[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_with_two_client_processes_is_measured_by_the_worker_and_stores_both(simulator,
+                                                                                   celery_worker_process):
+    from test_fault_tolerance import finished
+
+    e = endpoint(simulator(prefill_ms=20, decode_ms=5).url, name="two-processes")
+    run = finished(create_run([e], prompt_tokens=16, output_tokens=8, concurrency_levels=[4], requests_per_level=12,
+                              warmup_requests=1, load_processes=2))
+    assert run.status == Run.SUCCEEDED, run.error
+    level = run.levels.get()
+    assert sorted(level.requests.values_list("index", flat=True)) == list(range(12))
+    assert level.completed == 12 and level.summary["ttft_ms"]["p50"] >= 20 - 1
+    figures = level.client_figures
+    assert figures.processes == 2 and len({s.pid for s in figures.shards}) == 2
+    assert figures.why == "2 set for the run"
+    assert run.progress_done == run.progress_total == 12
