@@ -736,9 +736,9 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
         "workload": {k: getattr(run, k) for k in (
             "prompt_tokens", "output_tokens", "temperature", "api", "load_mode", "concurrency_levels",
             "request_rates", "arrivals", "max_concurrency", "requests_per_level", "duration_s",
-            "warmup_requests", "seed")} | {"slo": run.slo, "arrival_pattern": run.arrival_settings.to_dict(),
-                                            "conversation": (run.conversation_settings.to_dict()
-                                                             if run.conversation_settings else None)},
+            "warmup_requests", "seed", "load_processes", "load_workers")} | {
+                "slo": run.slo, "arrival_pattern": run.arrival_settings.to_dict(),
+                "conversation": run.conversation_settings.to_dict() if run.conversation_settings else None},
         "flags": run.flags, "endpoints": endpoints, "quality": quality_export(run, hide_addresses=hide_addresses),
         "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "load": lv.load_label,
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),

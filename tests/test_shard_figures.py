@@ -72,3 +72,14 @@ def test_a_run_with_two_client_processes_is_measured_by_the_worker_and_stores_bo
     assert figures.processes == 2 and len({s.pid for s in figures.shards}) == 2
     assert figures.why == "2 set for the run"
     assert run.progress_done == run.progress_total == 12
+
+
+def test_the_client_processes_setting_is_shown_and_exported(client):
+    e = endpoint("http://127.0.0.1:9", name="set")
+    run = create_run([e], prompt_tokens=16, output_tokens=4, concurrency_levels=[1], requests_per_level=1,
+                     warmup_requests=0, load_processes=3)
+    page = client.get(f"/r/{run.public_id}/").content.decode()
+    assert "· 3 client processes" in page
+    exported = client.get(f"/r/{run.public_id}/export.json")
+    assert exported.status_code == 200
+    assert exported.json()["workload"]["load_processes"] == 3
