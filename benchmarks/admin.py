@@ -10,7 +10,7 @@ from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, Serv
 
 # Never a filter, search or ordering on these, in any list (a "1 endpoint" or "0" answer to
 # ?api_key__startswith=... gives the key away one character at a time).
-SECRET_FIELDS = {"api_key"}
+SECRET_FIELDS = {"api_key", "webhook_secret"}
 
 
 class InventoryAdmin(admin.ModelAdmin):
@@ -89,10 +89,15 @@ class EndpointAdminForm(forms.ModelForm):
                               help_text="Write-only. Leave blank to keep the stored key; a changed base URL "
                                         "removes it unless you type it again here.")
     clear_api_key = forms.BooleanField(required=False, label="Remove the stored API key")
+    webhook_secret = forms.CharField(required=False, max_length=200, widget=forms.PasswordInput(render_value=False),
+                                     help_text="Write-only: signs the alert webhook's bodies (HMAC-SHA256). "
+                                               "Leave blank to keep the stored one.")
+    clear_webhook_secret = forms.BooleanField(required=False, label="Remove the stored webhook secret")
 
     class Meta:
         model = Endpoint
-        exclude = ["api_key"]  # set in save() from the rule below, never from the posted data alone
+        # Set in save() from the rules below, never from the posted data alone.
+        exclude = ["api_key", "webhook_secret"]
 
     def clean(self):
         data = super().clean()
@@ -105,6 +110,10 @@ class EndpointAdminForm(forms.ModelForm):
 
     def save(self, commit=True):
         self.instance.api_key = self.cleaned_data.get("api_key", "")
+        if self.cleaned_data.get("clear_webhook_secret"):
+            self.instance.webhook_secret = ""
+        elif self.cleaned_data.get("webhook_secret"):
+            self.instance.webhook_secret = self.cleaned_data["webhook_secret"]
         return super().save(commit)
 
 
@@ -130,7 +139,8 @@ class EndpointAdmin(InventoryAdmin):
         fields = super().get_fields(request, obj)
         if obj is not None and not self.has_change_permission(request, obj):
             # View only: the admin would show every field read-only, the key in clear among them.
-            fields = [f for f in fields if f not in ("api_key", "clear_api_key")]
+            fields = [f for f in fields if f not in ("api_key", "clear_api_key", "webhook_secret",
+                                                     "clear_webhook_secret")]
         return fields
 
     def save_model(self, request, obj, form, change):

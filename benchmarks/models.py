@@ -25,6 +25,8 @@ from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, REFUSED
 from benchmarks.engine.metrics import LevelSummary
 from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX, EvalText, builtin_text, scored_positions
 from benchmarks.engine.quality import QualityResult as QualityFigures
+from benchmarks.engine.regression import RegressionReport
+from benchmarks.engine import webhooks
 from benchmarks.engine.server_metrics import ServerSummary
 from benchmarks.importers import ImportedReport as ParsedReport
 
@@ -45,6 +47,55 @@ def validate_endpoint_url(url: str) -> None:
     problem = endpoint_url_problem(url)
     if problem:
         raise ValidationError(problem)
+
+
+def webhook_addresses():
+    """Where alert webhooks may go: never to link-local, cloud metadata and other blocked
+    addresses (the endpoints' rule), and only within WEBHOOK_ALLOWED_NETWORKS when it is set."""
+    return AddressPolicy.from_setting(settings.WEBHOOK_ALLOWED_NETWORKS)
+
+
+def validate_webhook_url(url: str) -> None:
+    problem = webhooks.url_problem(url, webhook_addresses())
+    if problem:
+        raise ValidationError(problem)
+
+
+def validate_emails(text: str) -> None:
+    from django.core.validators import validate_email
+
+    for address in email_list(text):
+        try:
+            validate_email(address)
+        except ValidationError:
+            raise ValidationError(f"{address} is not an e-mail address.") from None
+
+
+def email_list(text: str) -> list[str]:
+    """Comma- or space-separated e-mail addresses."""
+    return [a for a in (text or "").replace(",", " ").split() if a]
+
+
+class AlertSettings(models.Model):
+    """Where a regression is told (a schedule's or an endpoint's): e-mail addresses and a webhook,
+    whose secret signs its bodies and is never rendered back."""
+
+    alert_emails = models.CharField("alert e-mails", max_length=500, blank=True, validators=[validate_emails],
+                                    help_text="Comma-separated addresses told of a regression.")
+    webhook_url = models.CharField("webhook URL", max_length=500, blank=True, validators=[validate_webhook_url],
+                                   help_text="POSTed a JSON body on a regression.")
+    webhook_secret = models.CharField(max_length=200, blank=True)  # write-only: never rendered back
+
+    class Meta:
+        abstract = True
+
+    @property
+    def has_webhook_secret(self) -> bool:
+        return bool(self.webhook_secret)
+
+    @property
+    def alerts_on(self) -> bool:
+        return bool(self.alert_emails or self.webhook_url)
 
 
 def new_public_id() -> str:
@@ -149,7 +200,7 @@ class Variant(models.Model):
         return f"{self.model} · {self.name}"
 
 
-class Endpoint(models.Model):
+class Endpoint(AlertSettings):
     name = models.CharField(max_length=100, unique=True)
     host = models.ForeignKey(Host, models.PROTECT, related_name="endpoints")
     backend = models.CharField(max_length=20, choices=backends.choices)  # the registry's, read when used
@@ -505,6 +556,11 @@ class Run(models.Model):
     worker = models.CharField(max_length=200, blank=True)  # which worker measured it
     # Hidden from the runs list (its "show archived" filter shows it); the permalink still opens.
     archived = models.DateTimeField(null=True, blank=True)
+    schedule = models.ForeignKey("Schedule", models.SET_NULL, null=True, blank=True, related_name="runs")
+    # Its levels against their comparable runs: engine.regression.RegressionReport, written by its
+    # to_dict (services._finish, from history.regression_report) and read by its from_dict
+    # (`regression_report`).
+    regression = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created", "-id"]  # stable: two runs queued in one instant keep their order
@@ -516,6 +572,10 @@ class Run(models.Model):
 
     def __str__(self):
         return self.title or self.untitled_name
+
+    @cached_property
+    def regression_report(self) -> RegressionReport | None:
+        return RegressionReport.from_dict(self.regression)
 
     @property
     def untitled_name(self) -> str:
@@ -653,6 +713,9 @@ class LevelResult(models.Model):
     gpu_series = models.JSONField(default=dict)
     server_summary = models.JSONField(default=dict)
     server_series = models.JSONField(default=dict)
+    # Which earlier levels it compares with: the same model, variant, GPU and workload
+    # (history.workload_fingerprint); its history page is /history/<fingerprint>/.
+    fingerprint = models.CharField(max_length=16, blank=True, db_index=True)
 
     class Meta:
         ordering = ["run", "endpoint__name", "level_index"]
@@ -865,3 +928,92 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked is None
+
+
+class Schedule(AlertSettings):
+    """A run repeated by Celery beat: its settings (`template`, the run service's arguments as
+    schedules.run_template writes them and schedules.template_kwargs reads them), when (daily,
+    weekly, a cron expression, or every N minutes, as the django-celery-beat PeriodicTask it owns)
+    and whether it is paused, and why."""
+
+    DAILY, WEEKLY, CRON, INTERVAL = "daily", "weekly", "cron", "interval"
+    EVERY = [(DAILY, "daily"), (WEEKLY, "weekly"), (CRON, "cron expression"), (INTERVAL, "at a fixed interval")]
+    WEEKDAYS = [(1, "Monday"), (2, "Tuesday"), (3, "Wednesday"), (4, "Thursday"), (5, "Friday"), (6, "Saturday"),
+                (0, "Sunday")]  # cron's numbers
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="schedules")
+    template = models.JSONField()
+    every = models.CharField(max_length=20, choices=EVERY, default=DAILY)
+    at = models.TimeField(null=True, blank=True, help_text="Daily and weekly: the time of day (UTC).")
+    weekday = models.PositiveSmallIntegerField(choices=WEEKDAYS, null=True, blank=True)
+    cron = models.CharField("cron expression", max_length=100, blank=True,
+                            help_text="Minute hour day-of-month month day-of-week, in UTC, e.g. 30 2 * * 1-5.")
+    interval_s = models.PositiveIntegerField("interval (seconds)", null=True, blank=True)
+    periodic_task = models.OneToOneField("django_celery_beat.PeriodicTask", models.SET_NULL, null=True, blank=True,
+                                         related_name="+", editable=False)
+    active = models.BooleanField(default=True)
+    paused_reason = models.CharField(max_length=1000, blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    last_fired = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name", "created"]
+
+    def __str__(self):
+        return self.name
+
+    def get_absolute_url(self):
+        return reverse("schedule-detail", args=[self.public_id])
+
+    @property
+    def when(self) -> str:
+        """The schedule in words: "daily at 03:00 UTC"."""
+        at = f"{self.at:%H:%M} UTC" if self.at else ""
+        if self.every == self.DAILY:
+            return f"daily at {at}"
+        if self.every == self.WEEKLY:
+            return f"every {dict(self.WEEKDAYS).get(self.weekday, '?')} at {at}"
+        if self.every == self.INTERVAL:
+            n = self.interval_s or 0
+            for unit, seconds in (("hours", 3600), ("minutes", 60)):
+                if n >= seconds and n % seconds == 0:
+                    return f"every {n // seconds} {unit}"
+            return f"every {n} seconds"
+        return f"cron {self.cron} (UTC)"
+
+
+class AlertDelivery(models.Model):
+    """One alert of a run's regression, by e-mail or webhook, with every attempt to deliver it
+    ({"at", "status_code", "error"}, oldest first)."""
+
+    EMAIL, WEBHOOK = "email", "webhook"
+    PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+    STATUSES = [(PENDING, "pending"), (DELIVERED, "delivered"), (FAILED, "gave up")]
+    public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
+    run = models.ForeignKey(Run, models.CASCADE, related_name="alerts")
+    schedule = models.ForeignKey(Schedule, models.SET_NULL, null=True, blank=True, related_name="alerts")
+    endpoint = models.ForeignKey(Endpoint, models.SET_NULL, null=True, blank=True, related_name="alerts")
+    channel = models.CharField(max_length=10, choices=[(EMAIL, "e-mail"), (WEBHOOK, "webhook")])
+    target = models.CharField(max_length=500)  # the addresses, or the webhook URL
+    status = models.CharField(max_length=10, choices=STATUSES, default=PENDING)
+    attempts = models.JSONField(default=list, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created", "id"]
+
+    def __str__(self):
+        return f"{self.get_channel_display()} alert for {self.run}"
+
+    @property
+    def target_shown(self) -> str:
+        """The addresses, or only the webhook's scheme and host: a hook's path often holds its key."""
+        if self.channel == self.EMAIL:
+            return self.target
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.target)
+        return f"{parts.scheme}://{parts.netloc}/…"

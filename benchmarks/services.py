@@ -19,6 +19,7 @@ from django.db import close_old_connections, connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from benchmarks import history
 from benchmarks.engine import gpu as gpu_telemetry
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.engine.client import (Cancelled, Finding, LevelOutcome, Load, Session, Timeouts, describe_error,
@@ -55,7 +56,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
                quality_chunks: int = quality_engine.DEFAULT_CHUNKS, recipes: list = (),
                sweep: dict | None = None, dataset: Dataset | None = None,
                arrival_pattern: ArrivalPattern | None = None, conversation: Conversation | None = None,
-               load_processes: int = 0, load_workers: int = 0) -> Run:
+               load_processes: int = 0, load_workers: int = 0, schedule=None) -> Run:
     """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
     queued or running: counted and inserted in one transaction that holds the owner's row.
     With `quality`, the quality step follows the levels: on `quality_text`, or on
@@ -63,7 +64,8 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
     `recipes` are started by their host's worker, each at every setting of `sweep` (recipe id ->
     flag -> values; all allowed values for a recipe not in it), and measured as an endpoint is.
     `arrival_pattern`: how rate levels send (a trace replay has one level per speed-up);
-    `conversation`: the sessions of conversation mode."""
+    `conversation`: the sessions of conversation mode; `schedule`: the schedule whose firing queues
+    it (schedules.schedule_fire)."""
     levels = request_rates if load_mode == "rate" else concurrency_levels
     pattern = arrival_pattern or ArrivalPattern(arrivals)
     if load_mode == "rate" and pattern.kind == "trace":
@@ -93,7 +95,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             quality_ctx=quality_ctx, quality_chunks=quality_chunks,
             progress_total=len(endpoints) * _measured_per_endpoint(
                 len(set(levels)), requests_per_level, quality, quality_ctx, quality_chunks),
-            queue_name=queue_for(endpoints, recipes), sweep=sweep,
+            queue_name=queue_for(endpoints, recipes), sweep=sweep, schedule=schedule,
         )
         run.endpoints.set(endpoints)
         run.recipes.set(recipes)
@@ -241,8 +243,9 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
         run.preflight[str(endpoint.id)] = [f.to_dict() for f in preflight.findings]
         Run.objects.filter(id=run.id).update(preflight=run.preflight)
         if preflight.ok:
-            run.server_config[str(endpoint.id)] = step(
-                server_identity(session.client, endpoint.base_url, endpoint.backend))
+            run.server_config[str(endpoint.id)] = {
+                **step(server_identity(session.client, endpoint.base_url, endpoint.backend)),
+                "declared": history.declared_identity(endpoint)}
             Run.objects.filter(id=run.id).update(server_config=run.server_config)
             fits = session.context_check(run.server_config[str(endpoint.id)])
             if fits:  # a request past the server's context fails every time: say so once, send none
@@ -537,7 +540,7 @@ def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_in
             gpu_summary=gpu.summary.to_dict() if gpu.summary != GpuSummary() else {},
             gpu_series=gpu.series.to_dict(),
             server_summary=server.summary.to_dict() if server.summary != ServerSummary() else {},
-            server_series=server.series.to_dict())
+            server_series=server.series.to_dict(), fingerprint=history.workload_fingerprint(run, endpoint))
         RequestRecord.objects.bulk_create([
             RequestRecord(level=level, index=r.index, sent=r.sent, scheduled=r.scheduled, turn=r.turn,
                           conversation=r.conversation,
@@ -578,10 +581,34 @@ def _final_status(run: Run) -> tuple[str, str]:
 
 
 def _finish(run: Run, status: str, error: str = "") -> None:
+    """The run's final status, stored with its regression test (so that whoever sees it finished
+    sees the test too); then its schedule counts it and any regression is alerted."""
     # Never overwrite a cancellation that came in meanwhile.
     close_old_connections()
-    Run.objects.filter(id=run.id, status=Run.RUNNING).update(
-        status=status, finished=timezone.now(), error=error[:5000], progress_note="")
+    regression = {}
+    if status in history.COMPARABLE_STATUSES:
+        try:
+            regression = history.regression_report(run).to_dict()
+        except Exception:  # a fault in the test must not lose what was measured
+            log.exception("regression test of run %s failed", run.id)
+    finished = Run.objects.filter(id=run.id, status=Run.RUNNING).update(
+        status=status, finished=timezone.now(), error=error[:5000], progress_note="", regression=regression)
+    if finished:
+        run_finished(run=Run.objects.select_related("schedule").get(id=run.id))
+
+
+def run_finished(*, run: Run) -> None:
+    """After a run's final status: its schedule's failure count, and alerts of its regressions."""
+    from benchmarks import alerts, schedules  # both import this module
+
+    try:
+        if run.schedule_id:
+            schedules.schedule_run_finished(run=run)
+        report = run.regression_report
+        if report is not None and report.regressed:
+            alerts.alerts_create(run=run, report=report)
+    except Exception:  # the run is finished and stored whatever happens here
+        log.exception("after finishing run %s", run.id)
 
 
 # ---------------------------------------------------------------- imported reports

@@ -71,6 +71,8 @@ CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'se
                            "img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; "
                            "base-uri 'self'; form-action 'self'; frame-ancestors 'none'")
 SITE_NAME = os.environ.get("SITE_NAME", "v100site")
+# The site's address as its readers reach it: the links in alert e-mails and webhooks.
+SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 # Permalinks (runs, comparisons, decisions, imports) open without login unless this is set.
 PERMALINKS_REQUIRE_LOGIN = envbool("PERMALINKS_REQUIRE_LOGIN", "False")
 # Anonymous readers of permalinks never see who queued a run, nor (unless this is set) the
@@ -87,6 +89,7 @@ INSTALLED_APPS = [
     "axes",
     "rest_framework",
     "drf_spectacular",
+    "django_celery_beat",
     "benchmarks",
 ]
 
@@ -208,6 +211,54 @@ CELERY_TASK_ACKS_LATE = True  # a task whose worker died is delivered again, not
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Scheduled runs: Celery beat reads the schedules from the database (django-celery-beat). Its
+# firings and the regression alerts go to their own queue, so that they never wait behind a run
+# measured for hours: scripts/run.sh and the compose `beat` service run a worker for it with beat
+# embedded (`celery worker -B`).
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+HOUSEKEEPING_QUEUE = os.environ.get("HOUSEKEEPING_QUEUE", "housekeeping")
+CELERY_TASK_ROUTES = {"benchmarks.schedule_fire": {"queue": HOUSEKEEPING_QUEUE},
+                      "benchmarks.alert_deliver": {"queue": HOUSEKEEPING_QUEUE}}
+# A schedule pauses itself after this many consecutive failed runs (or firings that could not
+# queue a run), and says why on its page.
+SCHEDULE_PAUSE_AFTER_FAILURES = envint("SCHEDULE_PAUSE_AFTER_FAILURES", "3")
+# The shortest interval an "every N minutes" schedule may have.
+SCHEDULE_MIN_INTERVAL_S = envint("SCHEDULE_MIN_INTERVAL_S", "900")
+
+# Regressions (benchmarks/history.py, engine/regression.py): each finished run's headline figures
+# against the last REGRESSION_WINDOW comparable runs (same model, variant, workload and GPU),
+# flagged when worse by more than REGRESSION_Z standard deviations of those runs and by at least
+# REGRESSION_MIN_CHANGE_PCT percent; tested only with REGRESSION_MIN_HISTORY runs or more. The
+# spread is taken as at least REGRESSION_NOISE_FLOOR_PCT of the mean (runs of identical figures).
+REGRESSION_WINDOW = envint("REGRESSION_WINDOW", "10")
+REGRESSION_MIN_HISTORY = envint("REGRESSION_MIN_HISTORY", "3")
+REGRESSION_Z = float(os.environ.get("REGRESSION_Z", "3"))
+REGRESSION_MIN_CHANGE_PCT = float(os.environ.get("REGRESSION_MIN_CHANGE_PCT", "5"))
+REGRESSION_NOISE_FLOOR_PCT = float(os.environ.get("REGRESSION_NOISE_FLOOR_PCT", "1"))
+# Alerts on a regression: e-mail through Django's mail (the EMAIL_* settings below) and webhooks,
+# delivered by a task tried ALERT_ATTEMPTS times, waiting ALERT_RETRY_BACKOFF_S, then twice, four
+# times as long... between tries. Webhook URLs pass the
+# endpoints' address policy (no link-local or metadata address), within WEBHOOK_ALLOWED_NETWORKS
+# when set.
+ALERT_ATTEMPTS = envint("ALERT_ATTEMPTS", "5")
+ALERT_RETRY_BACKOFF_S = float(os.environ.get("ALERT_RETRY_BACKOFF_S", "30"))
+ALERT_TIMEOUT_S = float(os.environ.get("ALERT_TIMEOUT_S", "10"))
+WEBHOOK_ALLOWED_NETWORKS = [n.strip() for n in os.environ.get("WEBHOOK_ALLOWED_NETWORKS", "").split(",") if n.strip()]
+for _network in WEBHOOK_ALLOWED_NETWORKS:
+    ipaddress.ip_network(_network)
+# Where alert e-mails come from and how they leave: SMTP when EMAIL_HOST is set, else the
+# console (the worker's log) on one machine.
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "v100site@localhost")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_PORT = envint("EMAIL_PORT", "587")
+    EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = envsecret("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "True")
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 
 # Limits on what one run may ask for.
 MAX_CONCURRENCY = envint("MAX_CONCURRENCY", "512")

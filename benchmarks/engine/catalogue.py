@@ -262,6 +262,10 @@ COMPARISON_QUALITY = (Figure("perplexity"), Figure("kl_mean"), Figure("kl_p99"),
                       Figure("greedy_identical_share"))
 QUALITY_COMPARED = (Figure("perplexity"), Figure("kl_mean"), Figure("same_top_share"),
                     Figure("greedy_identical_share"))
+# A workload's history page (one chart each, over time) and what each new run is tested on for a
+# regression against its comparable runs (engine/regression.py).
+HISTORY_FIGURES = (Figure("aggregate_tok_s"), Figure("decode_tok_s", "p50"), Figure("ttft_ms", "p50"),
+                   Figure("tpot_ms", "p50"))
 
 
 

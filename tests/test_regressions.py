@@ -1,0 +1,120 @@
+"""Regression tests of each finished run against its comparable runs: the detector on simulated
+history (a planted slowdown is flagged, noise of the same spread is not), and through the run's
+finish with real engine output from simulators whose decode is slower by a known factor."""
+import random
+
+import pytest
+
+from benchmarks import history, services
+from benchmarks.engine.catalogue import HIGHER, LOWER, figure
+from benchmarks.engine.regression import RegressionReport, Thresholds, compare_figure
+from benchmarks.models import Run
+from factories import endpoint, measured_run
+
+THRESHOLDS = Thresholds(window=10, min_history=3, z=3.0, min_change_pct=5.0, noise_floor_pct=1.0)
+TRIALS = 400
+
+
+def _history(rng, mean, spread, n=10):
+    return [rng.gauss(mean, spread) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name", ["tpot_ms_p50", "aggregate_tok_s"])
+def test_a_planted_slowdown_is_flagged_and_noise_of_the_same_spread_is_not(name):
+    """History: 10 runs with 2 % noise. A release 20 % slower (10 noise widths) is flagged in
+    every trial; a run drawn from the same noise is flagged about as often as a 3-sigma test
+    allows (the one-sided tail of t with 9 degrees of freedom beyond 3/sqrt(1.1): under 1 %)."""
+    rng = random.Random(19)
+    better = figure(name).metric.better
+    slower = 1.2 if better == LOWER else 1 / 1.2
+    caught = false_alarms = 0
+    for _ in range(TRIALS):
+        runs = _history(rng, 100.0, 2.0)
+        caught += compare_figure(name, rng.gauss(100.0 * slower, 2.0), runs, THRESHOLDS).regressed
+        false_alarms += compare_figure(name, rng.gauss(100.0, 2.0), runs, THRESHOLDS).regressed
+    assert caught == TRIALS
+    assert false_alarms <= 0.015 * TRIALS, false_alarms
+
+
+def test_a_change_as_large_as_the_noise_is_not_a_regression():
+    """Noisy history (20 % spread): a run 20 % worse is one standard deviation out, not flagged;
+    the same 20 % against a quiet history (1 %) is."""
+    rng = random.Random(7)
+    noisy = _history(rng, 100.0, 20.0)
+    quiet = _history(rng, 100.0, 1.0)
+    mean_noisy = sum(noisy) / len(noisy)
+    assert not compare_figure("ttft_ms_p50", mean_noisy * 1.2, noisy, THRESHOLDS).regressed
+    assert compare_figure("ttft_ms_p50", sum(quiet) / len(quiet) * 1.2, quiet, THRESHOLDS).regressed
+
+
+def test_direction_comes_from_the_catalogue_and_improvements_are_never_flagged():
+    runs = [100.0, 101.0, 99.0, 100.5, 99.5]
+    assert figure("ttft_ms_p50").metric.better == LOWER and figure("aggregate_tok_s").metric.better == HIGHER
+    assert compare_figure("ttft_ms_p50", 130.0, runs, THRESHOLDS).regressed  # slower first token
+    assert not compare_figure("ttft_ms_p50", 70.0, runs, THRESHOLDS).regressed  # faster
+    assert compare_figure("aggregate_tok_s", 70.0, runs, THRESHOLDS).regressed  # less throughput
+    assert not compare_figure("aggregate_tok_s", 130.0, runs, THRESHOLDS).regressed
+
+
+def test_too_little_history_tests_nothing_and_identical_runs_use_the_noise_floor():
+    short = compare_figure("ttft_ms_p50", 500.0, [100.0, 100.0], THRESHOLDS)
+    assert not short.regressed and short.mean is None
+    # Identical figures (std 0): the spread is taken as 1 % of the mean, so 4 % worse is z = 4
+    # but under the 5 % minimum change, and 6 % worse is flagged.
+    same = [100.0] * 5
+    assert compare_figure("ttft_ms_p50", 104.0, same, THRESHOLDS).z == pytest.approx(4.0)
+    assert not compare_figure("ttft_ms_p50", 104.0, same, THRESHOLDS).regressed
+    assert compare_figure("ttft_ms_p50", 106.0, same, THRESHOLDS).regressed
+
+
+def test_the_report_reads_back_what_it_wrote():
+    test = compare_figure("tpot_ms_p50", 12.0, [10.0, 10.2, 9.8, 10.1], THRESHOLDS)
+    from benchmarks.engine.regression import LevelTest
+
+    report = RegressionReport(THRESHOLDS, [LevelTest("e", 0, "1 concurrent", "0123456789abcdef", [test], ["a"])])
+    again = RegressionReport.from_dict(report.to_dict())
+    assert again.to_dict() == report.to_dict()
+    assert again.regressed and again.regressions()[0][1].figure == "tpot_ms_p50"
+    assert RegressionReport.from_dict({}) is None
+
+
+# ---------------------------------------------------------------- through the run's finish
+def _finish_through_the_service(run: Run) -> Run:
+    """The worker's last step: the run was running; its finish stores the regression test."""
+    Run.objects.filter(id=run.id).update(status=Run.RUNNING)
+    services._finish(run, Run.SUCCEEDED)
+    run.refresh_from_db()
+    return run
+
+
+@pytest.mark.django_db(transaction=True)  # the finish closes stale connections, as a worker's does
+def test_a_release_with_a_slower_decode_is_flagged_on_its_run_and_the_same_server_is_not(settings):
+    """Four runs on a server decoding at 10 ms per token, then one run on the same server and one
+    on a server decoding at 20 ms (a planted slowdown, as a release that broke a kernel): the
+    slow one is flagged on TPOT and per-stream decode, the same server is not. The endpoints
+    differ, the model, variant, GPU and workload do not: they are comparable."""
+    settings.REGRESSION_MIN_HISTORY = 3
+    fast = endpoint(name="vllm-0.9", url="http://127.0.0.1:8")
+    slow = endpoint(name="vllm-0.10", url="http://127.0.0.1:7")
+    kwargs = dict(levels=(1,), requests=6, tokens=16, prompt_tokens=64)
+    first = [measured_run([fast], decode_ms=10.0, **kwargs) for _ in range(4)]
+    assert len({lv.fingerprint for r in first for lv in r.levels.all()}) == 1
+    same = _finish_through_the_service(measured_run([fast], decode_ms=10.0, **kwargs))
+    report = same.regression_report
+    assert report.tested and not report.regressed, [f.sentence for lv in report.levels for f in lv.figures]
+    slower = _finish_through_the_service(measured_run([slow], decode_ms=20.0, **kwargs))
+    flagged = {f.figure for _, f in slower.regression_report.regressions()}
+    assert {"tpot_ms_p50", "decode_tok_s_p50"} <= flagged, flagged
+    assert slower.levels.get().fingerprint == first[0].levels.get().fingerprint
+
+
+@pytest.mark.django_db
+def test_another_workload_or_variant_is_not_comparable():
+    base = endpoint(name="a")
+    other_variant = endpoint(name="b", url="http://127.0.0.1:8", quantization="awq")
+    run = measured_run([base], levels=(1,), requests=3, tokens=8, prompt_tokens=64)
+    more_tokens = measured_run([base], levels=(1,), requests=3, tokens=16, prompt_tokens=64)
+    awq = measured_run([other_variant], levels=(1,), requests=3, tokens=8, prompt_tokens=64)
+    prints = {r.levels.get().fingerprint for r in (run, more_tokens, awq)}
+    assert len(prints) == 3
+    assert history.workload_fingerprint(run, base) == run.levels.get().fingerprint
