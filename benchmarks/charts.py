@@ -358,3 +358,52 @@ def server_figure(levels: list[dict]) -> dict:
                             "range": [0, share.scale], "automargin": True,
                             "tickmode": "linear", "tick0": 0, "dtick": share.scale / 4, "showgrid": False}
     return figure(data, layout, ["t (s)", "level", *[m.key for m in SERVER_CHART]], rows)
+
+
+# ---------------------------------------------------------------- history
+def history_figure(shown, points: list[dict]) -> dict:
+    """One headline figure (a catalogue Figure) over time: a line per endpoint and load level,
+    each point's hover naming its run, engine version and launch flags; the points a run's
+    regression test flagged marked with a red cross, and a dotted line where the engine version
+    changed. points: history.history_points, oldest first."""
+    series: dict[tuple, list[dict]] = {}
+    for p in points:
+        if p["figures"].get(shown.name) is not None:
+            series.setdefault((p["endpoint"], p["level_index"], p["load"]), []).append(p)
+    unit = shown.metric.unit
+    data, rows, shapes = [], [], []
+    for n, ((endpoint, _, load), drawn) in enumerate(sorted(series.items(), key=lambda kv: kv[0][:2])):
+        drawn = stride(drawn, MAX_POINTS)
+        name, colour = f"{endpoint} · {load}", PALETTE[n % len(PALETTE)]
+        xs = [p["created"].isoformat() for p in drawn]
+        data.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": xs,
+                     "y": [_r(p["figures"][shown.name] * shown.metric.scale, 3) for p in drawn],
+                     "line": {"color": colour}, "marker": {"color": colour, "symbol": n // len(PALETTE)},
+                     "customdata": [[str(p["run"]), p["version"], p["flags"]] for p in drawn],
+                     "hovertemplate": "%{customdata[0]}<br>%{x}<br>%{y:.2f} " + unit
+                                      + "<br>engine %{customdata[1]}<br>flags %{customdata[2]}<extra></extra>"})
+        for before, after in zip(drawn, drawn[1:]):
+            if before["version"] != after["version"]:
+                shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": xs[drawn.index(after)],
+                               "x1": xs[drawn.index(after)], "y0": 0, "y1": 1,
+                               "line": {"dash": "dot", "width": 1, "color": colour}})
+        rows += [[endpoint, load, p["run"].public_id, p["created"].isoformat(), p["version"], p["flags"],
+                  _r(p["figures"][shown.name] * shown.metric.scale, 3), "yes" if shown.name in p["regressed"] else ""]
+                 for p in drawn]
+    flagged = [p for p in points if shown.name in p["regressed"] and p["figures"].get(shown.name) is not None]
+    if flagged:
+        data.append({"type": "scatter", "mode": "markers", "name": "flagged as a regression",
+                     "x": [p["created"].isoformat() for p in flagged],
+                     "y": [_r(p["figures"][shown.name] * shown.metric.scale, 3) for p in flagged],
+                     "marker": {"symbol": "x-thin-open", "size": 16, "color": "#d62728", "line": {"width": 3}},
+                     "hoverinfo": "skip"})
+    legend_rows = len(data)
+    return figure(data, {
+        "title": {"text": f"{shown.metric.name} over time"},
+        "xaxis": {"title": {"text": "run queued (UTC)"}, "type": "date"},
+        "yaxis": {"title": {"text": shown.title}, "rangemode": "tozero"},
+        "shapes": shapes,
+        "legend": {"orientation": "v", "yanchor": "top", "y": -0.3, "x": 0, "xanchor": "left"},
+        "margin": {"t": 40, "r": 20, "b": 110 + LEGEND_ROW_PX * legend_rows, "l": 70},
+        "height": 420 + LEGEND_ROW_PX * legend_rows,
+    }, ["endpoint", "load", "run", "queued", "engine version", "launch flags", shown.title, "flagged"], rows)

@@ -11,7 +11,8 @@ from benchmarks.engine.conversations import MAX_TURNS, THINK_KINDS, Conversation
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
 from benchmarks.engine.launcher import format_value
-from benchmarks.models import Endpoint, EvaluationText, ImportedReport, Run, ServerRecipe, Variant
+from benchmarks.models import (Endpoint, EvaluationText, ImportedReport, Run, Schedule, ServerRecipe, Variant,
+                               email_list, validate_emails, validate_webhook_url)
 
 
 def storable_text(value: str) -> None:
@@ -864,3 +865,87 @@ class RunFilterForm(forms.Form):
         return data
 class ApiTokenForm(forms.Form):
     name = TextField(max_length=100, help_text="What uses it, e.g. “CI on staging”: the list shows it.")
+
+
+class ScheduleForm(forms.Form):
+    """When a run repeats, and who is told of a regression: the run page's "Repeat this run on a
+    schedule" and the API's schedules (their JSON as this form's data)."""
+
+    name = TextField(max_length=200, required=False, help_text="Blank: the run's title or endpoints.")
+    every = forms.ChoiceField(choices=Schedule.EVERY, initial=Schedule.DAILY, label="Repeat")
+    at = forms.TimeField(required=False, label="At (UTC)", help_text="Daily and weekly: e.g. 03:00.")
+    weekday = forms.TypedChoiceField(choices=[("", "—")] + Schedule.WEEKDAYS, coerce=int, empty_value=None,
+                                     required=False, label="Weekday", help_text="Weekly.")
+    cron = TextField(max_length=100, required=False, label="Cron expression",
+                     help_text="Minute hour day-of-month month day-of-week (UTC), e.g. 30 2 * * 1-5.")
+    interval_s = forms.IntegerField(required=False, min_value=1, label="Interval (s)",
+                                    help_text="At a fixed interval: seconds between runs.")
+    alert_emails = TextField(max_length=500, required=False, label="Alert e-mails",
+                             help_text="Comma-separated addresses told of a regression.")
+    webhook_url = TextField(max_length=500, required=False, label="Webhook URL",
+                            help_text="POSTed a signed JSON body on a regression.")
+    webhook_secret = forms.CharField(max_length=200, required=False, widget=forms.PasswordInput(render_value=False),
+                                     label="Webhook secret", help_text="Optional, write-only: signs each body "
+                                                                       "(HMAC-SHA256, X-V100-Signature).")
+
+    def clean_alert_emails(self):
+        value = self.cleaned_data.get("alert_emails", "")
+        validate_emails(value)
+        return ", ".join(email_list(value))
+
+    def clean_webhook_url(self):
+        value = (self.cleaned_data.get("webhook_url") or "").strip()
+        if value:
+            validate_webhook_url(value)
+        return value
+
+    def clean(self):
+        from celery.schedules import crontab
+
+        data = super().clean()
+        every = data.get("every")
+        if every in (Schedule.DAILY, Schedule.WEEKLY) and data.get("at") is None and "at" not in self.errors:
+            self.add_error("at", "Give the time of day, e.g. 03:00.")
+        if every == Schedule.WEEKLY and data.get("weekday") is None and "weekday" not in self.errors:
+            self.add_error("weekday", "Give the weekday.")
+        if every == Schedule.CRON:
+            parts = (data.get("cron") or "").split()
+            if len(parts) != 5:
+                self.add_error("cron", "Five fields: minute hour day-of-month month day-of-week, e.g. 30 2 * * 1-5.")
+            else:
+                try:
+                    crontab(minute=parts[0], hour=parts[1], day_of_month=parts[2], month_of_year=parts[3],
+                            day_of_week=parts[4])
+                except (ValueError, TypeError, IndexError, KeyError) as exc:
+                    self.add_error("cron", f"Not a cron expression: {exc}")
+                else:
+                    data["cron"] = " ".join(parts)
+        if every == Schedule.INTERVAL:
+            interval = data.get("interval_s")
+            if interval is None and "interval_s" not in self.errors:
+                self.add_error("interval_s", "Give the seconds between runs.")
+            elif interval is not None and interval < settings.SCHEDULE_MIN_INTERVAL_S:
+                self.add_error("interval_s", f"At least {settings.SCHEDULE_MIN_INTERVAL_S} s between runs.")
+        return data
+
+    def schedule_fields(self) -> dict:
+        """schedules.schedule_create's timing and alert arguments (the fields the timing ignores cleared)."""
+        data = self.cleaned_data
+        every = data["every"]
+        return {"every": every, "at": data.get("at") if every in (Schedule.DAILY, Schedule.WEEKLY) else None,
+                "weekday": data.get("weekday") if every == Schedule.WEEKLY else None,
+                "cron": data.get("cron", "") if every == Schedule.CRON else "",
+                "interval_s": data.get("interval_s") if every == Schedule.INTERVAL else None,
+                "alert_emails": data.get("alert_emails", ""), "webhook_url": data.get("webhook_url", ""),
+                "webhook_secret": data.get("webhook_secret", "")}
+
+
+class AlertSettingsForm(forms.Form):
+    """A schedule's alert settings, edited on its page; the secret is never shown back."""
+
+    alert_emails = ScheduleForm.base_fields["alert_emails"]
+    webhook_url = ScheduleForm.base_fields["webhook_url"]
+    webhook_secret = ScheduleForm.base_fields["webhook_secret"]
+    clear_secret = forms.BooleanField(required=False, label="Remove the stored secret")
+    clean_alert_emails = ScheduleForm.clean_alert_emails
+    clean_webhook_url = ScheduleForm.clean_webhook_url

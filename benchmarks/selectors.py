@@ -29,12 +29,13 @@ from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value, ttft_by_turn
 from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
-from benchmarks.models import (ApiToken, Comparison, Decision, DeletedRun, Endpoint, EvaluationText, ImportedReport, LevelResult,
-                               QualityMeasurement, RequestRecord, Run, ServerRecipe)
+from benchmarks.models import (ApiToken, Comparison, Decision, DeletedRun, Endpoint, EvaluationText, ImportedReport,
+                               LevelResult, QualityMeasurement, RequestRecord, Run, Schedule, ServerRecipe)
 
 # What a permalink answers when no row has its id: the one not-found message of each kind.
 NOT_FOUND = {ApiToken: "You have no API token with this id.", Run: "No run has this link.", ImportedReport: "No report has this link.",
-             Comparison: "No comparison has this link.", Decision: "No decision has this link."}
+             Comparison: "No comparison has this link.", Decision: "No decision has this link.",
+             Schedule: "You have no schedule with this id."}
 # A public id as models.new_public_id makes them (URL-safe base64): anything else is not looked up.
 PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
@@ -863,3 +864,29 @@ def comparison_quality(comparison, members: tuple | None = None, *, hide_address
 
 def api_tokens_of(user) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(owner=user)
+
+
+# ---------------------------------------------------------------- schedules and regressions
+def schedules_of(user) -> QuerySet[Schedule]:
+    """The schedules a member sees: their own; staff see every one."""
+    rows = Schedule.objects.select_related("owner").order_by("name", "created")
+    return rows if user.is_staff else rows.filter(owner=user)
+
+
+def schedule_for(user, public_id: str) -> Schedule:
+    """A schedule its owner (or staff) may see and act on; anyone else is answered not-found."""
+    return by_public_id(schedules_of(user), public_id)
+
+
+def schedule_runs(schedule: Schedule, limit: int = 50) -> list[Run]:
+    return list(schedule.runs.order_by("-created")[:limit])
+
+
+def run_regression(run: Run) -> dict | None:
+    """The run page's and API's view of its regression test: each level's figures, which
+    regressed, and its history page."""
+    report = run.regression_report
+    if report is None:
+        return None
+    return {"regressed": report.regressed, "tested": report.tested, "thresholds": report.thresholds,
+            "levels": report.levels, "regressions": report.regressions()}

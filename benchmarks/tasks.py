@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import connection
 
 from benchmarks import loadgen  # noqa: F401  (its task: a shard on a load-generator worker)
-from benchmarks import services
+from benchmarks import alerts, schedules, services
 from benchmarks.lab import services as lab_services
 
 log = logging.getLogger(__name__)
@@ -16,6 +16,21 @@ log = logging.getLogger(__name__)
 @shared_task(name="benchmarks.run_execute")
 def run_execute_task(run_id: int) -> None:
     services.run_execute(run_id=run_id, worker=run_execute_task.request.hostname or "")
+
+
+@shared_task(name="benchmarks.schedule_fire")
+def schedule_fire_task(schedule_id: int) -> None:
+    """Sent by Celery beat (django-celery-beat's PeriodicTask of the schedule)."""
+    schedules.schedule_fire(schedule_id=schedule_id)
+
+
+@shared_task(bind=True, name="benchmarks.alert_deliver")
+def alert_deliver_task(self, delivery_id: int) -> None:
+    """One try; again after ALERT_RETRY_BACKOFF_S, then twice and four times as long..., until
+    delivered or ALERT_ATTEMPTS tries were made (each recorded on the delivery)."""
+    tries = settings.ALERT_ATTEMPTS
+    if not alerts.alert_attempt(delivery_id=delivery_id, last=self.request.retries + 1 >= tries):
+        raise self.retry(countdown=settings.ALERT_RETRY_BACKOFF_S * 2 ** self.request.retries, max_retries=tries - 1)
 
 
 @shared_task(name="benchmarks.host_probe")

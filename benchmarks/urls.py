@@ -1,6 +1,6 @@
 from django.urls import path, register_converter
 
-from benchmarks import views
+from benchmarks import views, views_schedules
 
 
 class PublicIdConverter:
@@ -17,6 +17,14 @@ class PublicIdConverter:
 
 register_converter(PublicIdConverter, "public_id")
 
+
+class FingerprintConverter(PublicIdConverter):
+    """A workload fingerprint (history.workload_fingerprint): 16 hexadecimal digits."""
+    regex = "[0-9a-f]{16}"
+
+
+register_converter(FingerprintConverter, "fingerprint")
+
 urlpatterns = [
     path("", views.run_list, name="run-list"),
     path("runs/new/", views.run_new, name="run-new"),
@@ -29,6 +37,13 @@ urlpatterns = [
     path("r/<public_id:public_id>/export.json", views.run_export, name="run-export"),
     path("r/<public_id:public_id>/requests.csv", views.run_requests_csv, name="run-requests-csv"),
     path("r/<public_id:public_id>/quality.csv", views.run_quality_csv, name="run-quality-csv"),
+    path("r/<public_id:public_id>/schedule/", views_schedules.run_schedule, name="run-schedule"),
+    path("schedules/", views_schedules.schedule_list, name="schedule-list"),
+    path("s/<public_id:public_id>/", views_schedules.schedule_detail, name="schedule-detail"),
+    path("s/<public_id:public_id>/<str:action>/", views_schedules.schedule_action, name="schedule-action"),
+    path("history/<fingerprint:fingerprint>/", views_schedules.history_page, name="history"),
+    path("history/<fingerprint:fingerprint>/<str:name>.<str:fmt>", views_schedules.history_chart,
+         name="history-chart"),
     path("account/tokens/", views.api_tokens, name="api-tokens"),
     path("account/tokens/<public_id:public_id>/revoke/", views.api_token_revoke, name="api-token-revoke"),
     path("imports/", views.import_new, name="import-new"),

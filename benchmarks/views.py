@@ -14,7 +14,8 @@ from benchmarks.compare import (differences, quality_csv, quality_sentences, qua
 from benchmarks.decorators import hides_addresses, permalink
 from benchmarks.engine import catalogue
 from benchmarks.engine.metrics import request_value
-from benchmarks.forms import MAX_COMPARED_RUNS, ApiTokenForm, ComparisonForm, ImportForm, RunFilterForm, RunForm
+from benchmarks.forms import (MAX_COMPARED_RUNS, ApiTokenForm, ComparisonForm, ImportForm, RunFilterForm, RunForm,
+                              ScheduleForm)
 from benchmarks.importers import ReportFormatError
 from benchmarks.lab import selectors as lab_selectors
 from benchmarks.models import ApiToken, Run
@@ -100,6 +101,9 @@ def run_detail(request, public_id: str):
                                      hide_addresses=hide),
         "hide_addresses": hide,
         "gpus_side_by_side": selectors.gpus_side_by_side(levels),
+        "regression": selectors.run_regression(run),
+        "alerts": run.alerts.select_related("run") if request.user.is_authenticated else [],
+        "schedule_form": ScheduleForm(initial={"name": str(run)}) if request.user.is_authenticated else None,
         "can_cancel": selectors.run_cancel_allowed(run, request.user),
         "can_manage": selectors.run_manage_allowed(run, request.user),
         "quality": selectors.quality_section(run, hide_addresses=hide),

@@ -82,16 +82,33 @@ def spawn_worker(env: dict, name: str = "worker", queue: str = "") -> subprocess
          "-Q", queue or settings.CELERY_TASK_DEFAULT_QUEUE, "--loglevel", "INFO", "-n", f"{name}@%h",
          "--without-gossip", "--without-mingle", "--without-heartbeat"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return _started(proc, log_path, "ready", "celery worker")
+
+
+def spawn_beat(env: dict) -> subprocess.Popen:
+    """Start `celery beat` with the database scheduler (django-celery-beat), checking the
+    schedules every second, and wait until it has started."""
+    log_path = ROOT / "var" / f"test-beat-{os.getpid()}.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "v100site", "beat", "--loglevel", "DEBUG", "--max-interval", "1",
+         "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return _started(proc, log_path, "beat: Starting", "celery beat")
+
+
+def _started(proc: subprocess.Popen, log_path: Path, marker: str, what: str) -> subprocess.Popen:
+    """Wait until `proc`'s log shows `marker` (a minute at most)."""
     proc.log_path = log_path
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if "ready" in log_path.read_text():
+        if marker in log_path.read_text():
             return proc
         if proc.poll() is not None:
-            raise RuntimeError("celery worker exited: " + log_path.read_text()[-2000:])
+            raise RuntimeError(f"{what} exited: " + log_path.read_text()[-2000:])
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("celery worker did not become ready")
+    raise RuntimeError(f"{what} did not start")
 
 
 def stop_worker(proc: subprocess.Popen) -> None:

@@ -1,0 +1,148 @@
+"""Scheduled runs: a schedule fired by a real beat process (django-celery-beat's database
+scheduler) queues a run that a real worker measures; a schedule pauses itself after repeated
+failures and says why; the run page's "Repeat this run on a schedule" and the schedule pages,
+owners and staff only."""
+import datetime as dt
+import time
+
+import pytest
+from django.urls import reverse
+from django_celery_beat.models import PeriodicTask
+
+from benchmarks import schedules, services
+from benchmarks.models import Run, Schedule
+from conftest import close_other_sessions, spawn_beat, spawn_worker, stop_worker, worker_env
+from factories import endpoint, measured_run, user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _template_run(e, owner):
+    """A run as the form queues one (the source a schedule repeats), never sent to a worker."""
+    run = measured_run([e], levels=(1,), requests=3, tokens=8, prompt_tokens=32, owner=owner)
+    return run
+
+
+def test_a_schedule_fired_by_beat_queues_a_run_that_a_worker_measures(simulator, django_db_blocker):
+    sim = simulator(decode_ms=1.0)
+    owner = user()
+    e = endpoint(url=sim.url, name="sim-scheduled")
+    source = _template_run(e, owner)
+    schedule = schedules.schedule_create(owner=owner, name="every 2 s", template=schedules.template_from_run(source),
+                                         every=Schedule.INTERVAL, interval_s=2)
+    task = PeriodicTask.objects.get(id=schedule.periodic_task_id)
+    assert task.task == "benchmarks.schedule_fire" and task.interval.every == 2 and task.enabled
+    env = worker_env()
+    worker = spawn_worker(env, name="scheduled", queue="runs,housekeeping")
+    beat = spawn_beat(env)
+    try:
+        deadline = time.monotonic() + 90
+        run = None
+        while time.monotonic() < deadline:
+            run = Run.objects.filter(schedule=schedule, status__in=Run.FINISHED).first()
+            if run is not None:
+                break
+            time.sleep(0.3)
+        assert run is not None, beat.log_path.read_text()[-3000:] + worker.log_path.read_text()[-3000:]
+        schedules.schedule_pause(schedule=schedule, reason="test over")
+    finally:
+        stop_worker(beat)
+        stop_worker(worker)
+        close_other_sessions(django_db_blocker)
+    assert run.status == Run.SUCCEEDED, run.error
+    assert run.owner == owner and list(run.endpoints.all()) == [e]
+    assert (run.prompt_tokens, run.output_tokens, run.concurrency_levels, run.requests_per_level) == (32, 8, [1], 3)
+    assert run.levels.get().completed == 3
+    schedule.refresh_from_db()
+    assert schedule.last_fired is not None and schedule.consecutive_failures == 0
+    assert not PeriodicTask.objects.get(id=schedule.periodic_task_id).enabled
+
+
+def test_a_schedule_pauses_itself_after_consecutive_failed_runs_and_says_why(settings, client):
+    """Each firing's run is measured here by the worker's own service (the endpoint's port is
+    closed: every run fails). After SCHEDULE_PAUSE_AFTER_FAILURES of them the schedule is paused,
+    its beat entry disabled, and its page says why; a measured run in between clears the count."""
+    from v100site.celery import app
+
+    settings.SCHEDULE_PAUSE_AFTER_FAILURES = 2
+    owner = user()
+    dead = endpoint(url="http://127.0.0.1:9", name="dead")
+    schedule = schedules.schedule_create(owner=owner, name="nightly", template=schedules.template_from_run(
+        _template_run(dead, owner)), every=Schedule.DAILY, at=dt.time(3, 0))
+    try:
+        first = schedules.schedule_fire(schedule_id=schedule.id)
+        services.run_execute(run_id=first.id)
+        first.refresh_from_db()
+        assert first.status == Run.FAILED and first.schedule == schedule
+        schedule.refresh_from_db()
+        assert schedule.active and schedule.consecutive_failures == 1
+        second = schedules.schedule_fire(schedule_id=schedule.id)
+        services.run_execute(run_id=second.id)
+    finally:
+        app.control.purge()  # the firings' runs were measured here, not by a worker
+    schedule.refresh_from_db()
+    assert not schedule.active and schedule.consecutive_failures == 2
+    assert "Paused after 2 consecutive failures" in schedule.paused_reason and second.public_id in schedule.paused_reason
+    assert not PeriodicTask.objects.get(id=schedule.periodic_task_id).enabled
+    assert schedules.schedule_fire(schedule_id=schedule.id) is None  # a paused schedule queues nothing
+    client.force_login(owner)
+    page = client.get(schedule.get_absolute_url()).content.decode()
+    assert "Paused after 2 consecutive failures" in page, (schedule.paused_reason, page[-3000:])
+    assert "connect" in schedule.paused_reason.lower()
+    # Resumed: the count starts again and beat fires it again.
+    client.post(reverse("schedule-action", args=[schedule.public_id, "resume"]))
+    schedule.refresh_from_db()
+    assert schedule.active and schedule.consecutive_failures == 0
+    assert PeriodicTask.objects.get(id=schedule.periodic_task_id).enabled
+
+
+def test_a_firing_that_cannot_queue_a_run_counts_as_a_failure(settings):
+    settings.SCHEDULE_PAUSE_AFTER_FAILURES = 1
+    owner = user()
+    e = endpoint(name="retired")
+    schedule = schedules.schedule_create(owner=owner, name="weekly", template=schedules.template_from_run(
+        _template_run(e, owner)), every=Schedule.WEEKLY, at=dt.time(2, 30), weekday=1)
+    e.enabled = False
+    e.save()
+    assert schedules.schedule_fire(schedule_id=schedule.id) is None
+    schedule.refresh_from_db()
+    assert not schedule.active
+    assert "could not queue a run: 1 of the schedule's endpoints or recipes were removed or disabled" in schedule.paused_reason
+    assert schedule.when == "every Monday at 02:30 UTC"
+    crontab = PeriodicTask.objects.get(id=schedule.periodic_task_id).crontab
+    assert (crontab.minute, crontab.hour, crontab.day_of_week) == ("30", "2", "1")
+
+
+def test_the_run_page_saves_a_schedule_and_only_its_owner_or_staff_act_on_it(client):
+    alice, bob, staff = user("alice"), user("bob"), user("root", staff=True)
+    run = _template_run(endpoint(), alice)
+    client.force_login(alice)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "Repeat this run on a schedule" in page
+    bad = client.post(reverse("run-schedule", args=[run.public_id]), {"every": "cron", "cron": "61 * * * *"}, follow=True)
+    assert "Not scheduled: Cron expression: Not a cron expression" in bad.content.decode()
+    assert not Schedule.objects.exists()
+    hook = client.post(reverse("run-schedule", args=[run.public_id]),
+                       {"every": "daily", "at": "04:00", "webhook_url": "http://169.254.169.254/latest"}, follow=True)
+    assert "link-local" in hook.content.decode() and not Schedule.objects.exists()
+    r = client.post(reverse("run-schedule", args=[run.public_id]),
+                    {"every": "cron", "cron": "30 2 * * 1-5", "webhook_url": "http://127.0.0.1:9/hook",
+                     "webhook_secret": "s3cret-value"})
+    schedule = Schedule.objects.get()
+    assert r.status_code == 302 and r["Location"] == schedule.get_absolute_url()
+    assert schedule.owner == alice and schedule.name == str(run) and schedule.when == "cron 30 2 * * 1-5 (UTC)"
+    detail = client.get(schedule.get_absolute_url()).content.decode()
+    assert "s3cret-value" not in detail and "stored (write-only: never shown)" in detail
+    client.force_login(bob)
+    assert client.get(schedule.get_absolute_url()).status_code == 404
+    assert client.post(reverse("schedule-action", args=[schedule.public_id, "pause"])).status_code == 404
+    assert schedule.name not in client.get(reverse("schedule-list")).content.decode()
+    client.force_login(staff)
+    assert schedule.name in client.get(reverse("schedule-list")).content.decode()
+    client.post(reverse("schedule-action", args=[schedule.public_id, "pause"]))
+    schedule.refresh_from_db()
+    assert not schedule.active and schedule.paused_reason == "Paused by root."
+    client.force_login(alice)
+    client.post(reverse("schedule-action", args=[schedule.public_id, "delete"]))
+    assert not Schedule.objects.exists() and not PeriodicTask.objects.exists()
+    assert Run.objects.filter(id=run.id).exists()
