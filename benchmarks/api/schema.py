@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from django import forms
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from django.urls import reverse
 from rest_framework import serializers
 
 from benchmarks import selectors
 from benchmarks.decorators import hides_addresses
-from benchmarks.models import Endpoint, Gpu, Host, ImportedReport, Model, Run, Variant
+from benchmarks.models import Endpoint, Gpu, Host, ImportedReport, Model, Run, Schedule, Variant
 
 
 def run_status(run: Run, request) -> dict:
@@ -26,10 +27,43 @@ def run_status(run: Run, request) -> dict:
                      "note": run.progress_note},
         "error": selectors.run_error(run, hide_addresses=hide), "flags": run.flags,
         "archived": run.archived.isoformat() if run.archived else None,
+        "regression": regression(run, request),
         "permalink": request.build_absolute_uri(run.get_absolute_url()),
         "links": {"self": base, "results": base + "results/", "requests": base + "requests/",
                   "cancel": base + "cancel/"},
     }
+
+
+def regression(run: Run, request) -> dict | None:
+    """The run's regression test against its comparable runs (None before it finished, or when
+    it measured nothing): every regressed figure with its evidence and history page."""
+    report = run.regression_report
+    if report is None:
+        return None
+    return {"regressed": report.regressed, "tested": report.tested,
+            "regressions": [{"endpoint": lv.endpoint, "load": lv.load, "figure": f.figure, "value": f.value,
+                             "mean": f.mean, "change_pct": f.change_pct, "z": f.z, "compared_runs": len(f.history),
+                             "better": f.better}
+                            for lv, f in report.regressions()],
+            "history": sorted({request.build_absolute_uri(reverse("history", args=[lv.fingerprint]))
+                               for lv in report.levels})}
+
+
+def schedule(schedule: Schedule, request) -> dict:
+    """A schedule as the API shows it; never its webhook secret."""
+    from benchmarks.schedules import template_endpoints
+
+    return {"public_id": schedule.public_id, "name": schedule.name, "owner": schedule.owner.get_username(),
+            "every": schedule.every, "when": schedule.when, "at": schedule.at.strftime("%H:%M") if schedule.at else None,
+            "weekday": schedule.weekday, "cron": schedule.cron, "interval_s": schedule.interval_s,
+            "active": schedule.active, "paused_reason": schedule.paused_reason,
+            "consecutive_failures": schedule.consecutive_failures,
+            "last_fired": schedule.last_fired.isoformat() if schedule.last_fired else None,
+            "endpoints": template_endpoints(schedule.template),
+            "alert_emails": schedule.alert_emails, "webhook_url": schedule.webhook_url,
+            "has_webhook_secret": schedule.has_webhook_secret,
+            "runs": [request.build_absolute_uri(f"/api/v1/runs/{r.public_id}/") for r in schedule.runs.order_by("-created")[:20]],
+            "page": request.build_absolute_uri(schedule.get_absolute_url())}
 
 
 def report(report: ImportedReport, request) -> dict:
@@ -43,6 +77,25 @@ def report(report: ImportedReport, request) -> dict:
 class Error(serializers.Serializer):
     error = serializers.CharField()
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()), required=False)
+
+
+class RegressedFigure(serializers.Serializer):
+    endpoint = serializers.CharField()
+    load = serializers.CharField()
+    figure = serializers.CharField(help_text="a catalogue figure name, e.g. ttft_ms_p50")
+    value = serializers.FloatField()
+    mean = serializers.FloatField(help_text="of the comparable runs")
+    change_pct = serializers.FloatField(help_text="percent worse than the mean")
+    z = serializers.FloatField(help_text="standard deviations worse than the mean")
+    compared_runs = serializers.IntegerField()
+    better = serializers.ChoiceField(choices=["higher", "lower"])
+
+
+class Regression(serializers.Serializer):
+    regressed = serializers.BooleanField()
+    tested = serializers.BooleanField(help_text="false: too few comparable runs to test any figure")
+    regressions = RegressedFigure(many=True)
+    history = serializers.ListField(child=serializers.URLField(), help_text="the workloads' history pages")
 
 
 class Progress(serializers.Serializer):
@@ -65,8 +118,41 @@ class RunStatus(serializers.Serializer):
     error = serializers.CharField()
     flags = serializers.ListField(child=serializers.DictField())
     archived = serializers.DateTimeField(allow_null=True, help_text="When it was archived (hidden from lists)")
+    regression = Regression(allow_null=True)
     permalink = serializers.URLField()
     links = serializers.DictField(child=serializers.URLField())
+
+
+class ScheduleSerializer(serializers.Serializer):
+    public_id = serializers.CharField()
+    name = serializers.CharField()
+    owner = serializers.CharField()
+    every = serializers.ChoiceField(choices=Schedule.EVERY)
+    when = serializers.CharField()
+    at = serializers.CharField(allow_null=True)
+    weekday = serializers.IntegerField(allow_null=True)
+    cron = serializers.CharField()
+    interval_s = serializers.IntegerField(allow_null=True)
+    active = serializers.BooleanField()
+    paused_reason = serializers.CharField()
+    consecutive_failures = serializers.IntegerField()
+    last_fired = serializers.DateTimeField(allow_null=True)
+    endpoints = serializers.ListField(child=serializers.CharField())
+    alert_emails = serializers.CharField()
+    webhook_url = serializers.CharField()
+    has_webhook_secret = serializers.BooleanField()
+    runs = serializers.ListField(child=serializers.URLField())
+    page = serializers.URLField()
+
+
+def schedule_request() -> type[serializers.Serializer]:
+    """The schedule form's fields and the run to repeat (documentation only: the form validates)."""
+    from benchmarks.forms import ScheduleForm
+
+    attrs = {name: _schema_field(name, f) for name, f in ScheduleForm.base_fields.items()}
+    attrs["run"] = serializers.CharField(help_text="The public id of the run to repeat.")
+    attrs["at"] = serializers.CharField(required=False, allow_null=True, help_text="HH:MM, UTC")
+    return type("ScheduleRequest", (serializers.Serializer,), attrs)
 
 
 class _Page(serializers.Serializer):

@@ -23,7 +23,8 @@ from benchmarks.api.conventions import Pages
 from benchmarks.api.payloads import RunPayloadError, run_form_data
 from benchmarks.decorators import hides_addresses
 from benchmarks.compare import differences, ratio_sentences
-from benchmarks.forms import ComparisonForm, EvaluationTextForm, ImportForm, RunFilterForm, RunForm
+from benchmarks import schedules as schedules_service
+from benchmarks.forms import ComparisonForm, EvaluationTextForm, ImportForm, RunFilterForm, RunForm, ScheduleForm
 from benchmarks.importers import ReportFormatError
 from benchmarks.models import Host, Model, RequestRecord, Run
 
@@ -289,3 +290,66 @@ def _comparison(comparison, request) -> dict:
         "deleted_runs": [{"public_id": d.public_id, "name": d.name, "deleted": d.deleted.isoformat(), "note": d.note}
                          for d in comparison.deleted_runs.all()],
     }
+
+
+# --- schedules ----------------------------------------------------------------------------------
+
+@extend_schema(methods=["GET"], operation_id="schedules_list", summary="Your schedules (staff: every one)",
+               responses=schema.ScheduleSerializer(many=True))
+@extend_schema(methods=["POST"], operation_id="schedules_create", summary="Repeat a run on a schedule",
+               description="`run` is the public id of the run whose settings repeat; the timing and alert fields "
+                           "are the run page's schedule form, with its messages.",
+               request=schema.schedule_request(), responses={201: schema.ScheduleSerializer, 400: schema.Error})
+@api_view(["GET", "POST"])
+def schedules(request):
+    if request.method == "GET":
+        return Response([schema.schedule(s, request) for s in selectors.schedules_of(request.user)])
+    body = request.data if isinstance(request.data, dict) else None
+    if body is None:
+        return Response({"error": "invalid input", "errors": {"__all__": ["Send a JSON object."]}}, status=400)
+    unknown = sorted(set(body) - set(ScheduleForm.base_fields) - {"run"})
+    if unknown:
+        return Response({"error": "invalid input", "errors": {"__all__": [f"Unknown fields: {', '.join(unknown)[:300]}."]}},
+                        status=400)
+    run_id = body.get("run")
+    run = Run.objects.filter(public_id=run_id).first() if isinstance(run_id, str) and run_id else None
+    if run is None:
+        return Response({"error": "invalid input", "errors": {"run": ["Give the public id of a run to repeat."]}},
+                        status=400)
+    data = {k: v for k, v in body.items() if k != "run" and v is not None}
+    if any(isinstance(v, (dict, list)) for v in data.values()):
+        return Response({"error": "invalid input", "errors": {"__all__": ["Send single values, not lists or objects."]}},
+                        status=400)
+    form = ScheduleForm(data)
+    if not form.is_valid():
+        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+    created = schedules_service.schedule_create(
+        owner=request.user, name=form.cleaned_data["name"] or str(run),
+        template=schedules_service.template_from_run(run), **form.schedule_fields())
+    return Response(schema.schedule(created, request), status=201,
+                    headers={"Location": request.build_absolute_uri(f"/api/v1/schedules/{created.public_id}/")})
+
+
+@extend_schema(methods=["GET"], operation_id="schedules_read", summary="A schedule", responses=schema.ScheduleSerializer)
+@extend_schema(methods=["DELETE"], operation_id="schedules_delete", summary="Delete a schedule (its runs stay)",
+               responses={204: None})
+@api_view(["GET", "DELETE"])
+def schedule_detail(request, public_id: str):
+    found = selectors.schedule_for(request.user, public_id)
+    if request.method == "DELETE":
+        schedules_service.schedule_delete(schedule=found)
+        return Response(status=204)
+    return Response(schema.schedule(found, request))
+
+
+@extend_schema(operation_id="schedules_pause_resume", summary="Pause or resume a schedule", request=None, responses=schema.ScheduleSerializer,
+               parameters=[OpenApiParameter("action", str, OpenApiParameter.PATH, enum=["pause", "resume"])])
+@api_view(["POST"])
+def schedule_action(request, public_id: str, action: str):
+    found = selectors.schedule_for(request.user, public_id)
+    if action == "pause":
+        schedules_service.schedule_pause(schedule=found, reason=f"Paused by {request.user.get_username()}.")
+    else:
+        schedules_service.schedule_resume(schedule=found)
+    found.refresh_from_db()
+    return Response(schema.schedule(found, request))
