@@ -1,0 +1,56 @@
+"""A workload's history page in Chromium at 1366 px: runs of one endpoint over two engine
+releases, the slower release flagged by its run's regression test, each chart drawn from our
+static Plotly with its points carrying the engine version and launch flags, nothing wider than
+the screen and no chart label over another."""
+import pytest
+
+from benchmarks import services
+from benchmarks.models import Run
+from test_pages_at_a_glance import SCREENS, check
+from conftest import watched
+from factories import endpoint, measured_run
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _released(e, version, decode_ms, flags):
+    """A run measured on a server at `version` (decoding at `decode_ms`), finished through the
+    service: its server identity as a run stores it, and its regression test."""
+    run = measured_run([e], levels=(1, 4), requests=6, tokens=16, prompt_tokens=64, decode_ms=decode_ms)
+    run.status = Run.RUNNING
+    run.server_config = {str(e.id): {"backend": "vllm", "version": version,
+                                     "declared": {"engine_version": version, "launch_flags": flags}}}
+    run.save(update_fields=["status", "server_config"])
+    services._finish(run, Run.SUCCEEDED)
+    run.refresh_from_db()
+    return run
+
+
+def test_the_history_page_shows_the_trend_and_flags_the_release_that_slowed_it(browser, live_server, settings):
+    settings.REGRESSION_MIN_HISTORY = 3
+    e = endpoint(name="vllm-staging", url="http://127.0.0.1:8")
+    flags = {"max-model-len": 4096, "gpu-memory-utilization": 0.9}
+    before = [_released(e, "0.9.2", 10.0, flags) for _ in range(4)]
+    slow = _released(e, "0.10.0", 20.0, flags)
+    assert not any(r.regression_report.regressed for r in before)
+    assert slow.regression_report.regressed
+    fingerprint = slow.levels.first().fingerprint
+    page = watched(browser.new_page(viewport=SCREENS["1366"]))
+    page.goto(live_server.url + slow.get_absolute_url())
+    assert "Regressed:" in page.inner_text("#regression-verdict")
+    page.click(f"#regression a[href='/history/{fingerprint}/']")
+    page.wait_for_url(f"**/history/{fingerprint}/")
+    charts = check(page, "history-1366")
+    assert len(charts) == 4
+    assert all(c["series"] >= 2 for c in charts)  # a line per load level, and the flagged points
+    tpot = page.evaluate("""() => {
+        const el = document.querySelector('#chart-tpot_ms_p50 .js-plotly-plot');
+        return {names: el._fullData.map(t => t.name), versions: el._fullData[0].customdata.map(c => c[1]),
+                flags: el._fullData[0].customdata[0][2], changes: el._fullLayout.shapes.length};
+    }""")
+    assert "flagged as a regression" in tpot["names"]
+    assert tpot["versions"] == ["0.9.2"] * 4 + ["0.10.0"]
+    assert "max-model-len=4096" in tpot["flags"]
+    assert tpot["changes"] >= 1  # the dotted line where the version changed
+    rows = page.locator("#history-points tbody tr.regressed")
+    assert rows.count() >= 1 and "0.10.0" in rows.first.inner_text()
