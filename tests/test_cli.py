@@ -80,6 +80,24 @@ def test_a_slower_release_is_a_regression_against_the_baseline(cli, tmp_path, si
     assert r.returncode == 0, r.stderr
 
 
+def test_history_fails_the_job_on_a_release_slower_than_the_workloads_history(
+        cli, tmp_path, simulator, celery_worker_process):
+    """Three runs on one release, then the upgrade: `--history` reads the site's own regression test
+    (the last comparable runs, not one baseline) and exits 4 with the history page. The worker
+    tests with its default settings: from REGRESSION_MIN_HISTORY = 3 earlier runs on."""
+    e = endpoint(simulator(decode_ms=5).url, name="staging")
+    for _ in range(3):
+        r = cli("submit", workload(tmp_path), "--wait", "--poll", "0.3", "--history")
+        assert r.returncode == 0, r.stderr
+    assert "too few comparable runs" in r.stdout
+    Endpoint.objects.filter(pk=e.pk).update(base_url=simulator(decode_ms=25).url)
+    out = tmp_path / "slow.json"
+    r = cli("submit", workload(tmp_path), "--wait", "--poll", "0.3", "--history", "-o", str(out))
+    assert r.returncode == 4 and "regressed against this workload's history" in r.stderr, r.stderr + r.stdout
+    assert "tpot_ms_p50" in r.stderr and "/history/" in r.stdout
+    assert json.loads(out.read_text())["run"]["regression"]["regressed"]
+
+
 def test_a_refused_workload_prints_the_form_s_messages_and_exits_2(cli, tmp_path):
     endpoint(name="staging")
     r = cli("submit", workload(tmp_path, prompt_tokens=0, api="grpc"))

@@ -201,6 +201,15 @@ def submit(args) -> int:
         verdict.update(baseline=args.baseline, compared=compared, regressions=found)
         if not compared:
             print(f"baseline {args.baseline}: no level matches this run's (same endpoint and load)")
+    history = run.get("regression") or {}
+    if args.history:
+        verdict["history"] = [f"{r['endpoint']} @ {r['load']}: {r['figure']} {r['value']:.2f} vs {r['mean']:.2f} over "
+                              f"{r['compared_runs']} comparable runs ({r['change_pct']:+.1f} % worse, z = {r['z']:.1f})"
+                              for r in history.get("regressions", [])]
+        for page in history.get("history", []):
+            print(f"history: {page}")
+        if history and not history.get("tested"):
+            print("history: too few comparable runs yet to test this one")
     if args.output:
         Path(args.output).write_text(json.dumps({"run": run, "results": results, "verdict": verdict}, indent=1))
     code = OK
@@ -213,6 +222,10 @@ def submit(args) -> int:
     elif verdict.get("regressions"):
         print(f"FAILED: regressed by more than {args.max_regression:g} % against {args.baseline}:\n  "
               + "\n  ".join(verdict["regressions"]), file=sys.stderr)
+        code = REGRESSED
+    elif verdict.get("history"):
+        print("FAILED: regressed against this workload's history:\n  " + "\n  ".join(verdict["history"]),
+              file=sys.stderr)
         code = REGRESSED
     return code
 
@@ -252,6 +265,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"a figure to compare with the baseline (repeatable; default {', '.join(DEFAULT_METRICS)})")
     s.add_argument("--max-regression", type=float, default=10.0, metavar="PCT",
                    help="how much worse than the baseline a figure may be, in percent (default 10)")
+    s.add_argument("--history", action="store_true",
+                   help="fail (exit 4) when the site's regression test against the workload's last comparable runs "
+                        "flags the run")
     s.set_defaults(handler=submit)
     for name, handler, text in (("status", status, "a run's status and progress"), ("cancel", cancel, "cancel a run")):
         c = sub.add_parser(name, help=text)
