@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run v100site on one machine: SQLite and an embedded (filesystem) Celery broker
-# under var/, the web app on http://127.0.0.1:8000 and one worker. Ctrl-C stops both.
+# under var/, the web app on http://127.0.0.1:8000, one worker for the runs and one for the
+# schedules and alerts with Celery beat embedded (-B: scheduled runs, from the database). Ctrl-C
+# stops them all.
 # Team settings (PostgreSQL, Redis) come from the environment: see README.md.
 # PORT (default 8000) moves the web app; WORKER_QUEUES (default "runs") the worker's queues.
 source "$(dirname "$0")/_venv.sh"
@@ -12,10 +14,16 @@ mkdir -p var
 .venv/bin/celery -A v100site worker --pool solo --concurrency 1 -Q "${WORKER_QUEUES:-runs}" \
   --loglevel INFO --logfile var/worker.log &
 WORKER=$!
+# Beat fires the schedules (django-celery-beat's database scheduler); their firings and the alerts
+# go to the housekeeping queue, so they never wait behind a run being measured.
+.venv/bin/celery -A v100site worker -B --pool solo --concurrency 1 -Q "${HOUSEKEEPING_QUEUE:-housekeeping}" \
+  -n housekeeping@%h --scheduler django_celery_beat.schedulers:DatabaseScheduler \
+  --loglevel INFO --logfile var/beat.log &
+BEAT=$!
 .venv/bin/python manage.py runserver --noreload "127.0.0.1:$PORT" &
 WEB=$!
 # Ctrl-C or a plain `kill` of this script stops both.
-trap 'kill $WEB $WORKER 2>/dev/null; wait $WEB $WORKER 2>/dev/null; exit 0' INT TERM
-trap 'kill $WEB $WORKER 2>/dev/null' EXIT
-echo "worker started (log: var/worker.log); open http://127.0.0.1:$PORT/"
+trap 'kill $WEB $WORKER $BEAT 2>/dev/null; wait $WEB $WORKER $BEAT 2>/dev/null; exit 0' INT TERM
+trap 'kill $WEB $WORKER $BEAT 2>/dev/null' EXIT
+echo "workers started (logs: var/worker.log, var/beat.log); open http://127.0.0.1:$PORT/"
 wait $WEB

@@ -26,7 +26,7 @@ TEAM = "compose.yml"
 GPU = "compose.gpu-worker.yml"
 SERVERS = "compose.v100-servers.yml"
 COMPOSE_FILES = [TEAM, GPU, SERVERS]
-APP_SERVICES = {TEAM: ["migrate", "web", "worker"], GPU: ["gpu-worker"]}
+APP_SERVICES = {TEAM: ["migrate", "web", "worker", "beat"], GPU: ["gpu-worker"]}
 
 # Variables of the app containers that other programs read.
 OTHER_READERS = {
@@ -129,7 +129,7 @@ def test_compose_file_parses_and_names_its_project(name):
 
 
 def test_team_stack_has_the_expected_services():
-    assert set(services(TEAM)) == {"db", "redis", "migrate", "web", "worker"}
+    assert set(services(TEAM)) == {"db", "redis", "migrate", "web", "worker", "beat"}
     assert set(services(GPU)) == {"gpu-worker"}
     assert {"llamacpp", "vllm"} <= set(services(SERVERS))
 
@@ -211,6 +211,22 @@ def test_workers_measure_one_run_at_a_time(file, name, svc):
 def test_team_worker_consumes_the_shared_queue():
     queues = resolve_defaults(option(command_list(services(TEAM)["worker"]), "-Q"))
     assert queues.split(",") == ["runs"]
+
+
+def test_one_beat_fires_the_schedules_from_the_database_on_the_housekeeping_queue():
+    """Beat embedded in the housekeeping queue's worker: the schedules' firings and the alerts go
+    there (settings.CELERY_TASK_ROUTES), never behind a run on `runs`; one service, not scaled."""
+    from django.conf import settings
+
+    beat = services(TEAM)["beat"]
+    args = command_list(beat)
+    assert "-B" in args and option(args, "--scheduler") == settings.CELERY_BEAT_SCHEDULER
+    assert resolve_defaults(option(args, "-Q")) == settings.HOUSEKEEPING_QUEUE
+    assert {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()} == {settings.HOUSEKEEPING_QUEUE}
+    assert "deploy" not in beat and "scale" not in beat
+    for dep in ("db", "redis"):
+        assert beat["depends_on"][dep]["condition"] == "service_healthy"
+    assert beat["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
 
 
 def test_gpu_worker_requests_an_nvidia_gpu_and_consumes_its_host_queue():
