@@ -125,9 +125,14 @@ def launch_flags(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in flags.items()) or "none declared"
 
 
-def history_points(fingerprint: str, *, blank=lambda text: text) -> list[dict]:
+HIDDEN_FLAGS = "shown to members"
+
+
+def history_points(fingerprint: str, *, blank=lambda text: text, hide_flags: bool = False) -> list[dict]:
     """One point per comparable level, oldest first: its run, endpoint, load, headline figures,
-    the engine version and flags its server had, and which figures its run's test flagged."""
+    the engine version and flags its server had (`hide_flags`: not the flags, which may name
+    paths and addresses, for readers who see no launch commands), and which figures its run's
+    test flagged."""
     levels = list(history_levels(fingerprint)[:MAX_POINTS])
     configs = dict(Run.objects.filter(id__in={lv.run_id for lv in levels}).values_list("id", "server_config"))
     points = []
@@ -140,7 +145,8 @@ def history_points(fingerprint: str, *, blank=lambda text: text) -> list[dict]:
                        "level_index": lv.level_index, "created": lv.run.created,
                        "figures": {f.name: lv.stats.figure(f) for f in HISTORY_FIGURES},
                        "cells": [_cell(f, lv.stats.figure(f)) for f in HISTORY_FIGURES],
-                       "version": blank(engine_version(config)), "flags": blank(launch_flags(config)),
+                       "version": blank(engine_version(config)),
+                       "flags": HIDDEN_FLAGS if hide_flags else blank(launch_flags(config)),
                        "regressed": flagged})
     return points
 

@@ -319,12 +319,22 @@ def config_text(value) -> str:
     return str(value)
 
 
+def server_config_shown(config, hide_addresses: bool):
+    """A stored server identity as a reader sees it: the launch flags the inventory declared (which
+    may name paths and addresses) only for those who see launch commands."""
+    if not hide_addresses or not isinstance(config, dict) or "declared" not in config:
+        return config
+    declared = {k: v for k, v in (config.get("declared") or {}).items() if k != "launch_flags"}
+    return {**config, "declared": declared}
+
+
 def run_server_config(run: Run, *, hide_addresses: bool = False) -> list[tuple[Endpoint, list[tuple[str, str]]]]:
     """Per endpoint, what its server reported about itself as (key, value in words), without the
     raw props document."""
     endpoints = {str(e.id): e for e in run.endpoints.all()}
     blank = address_hider(endpoints.values(), hide_addresses)
-    return [(endpoints[k], [(key, config_text(value)) for key, value in blank(v).items() if key != "props"])
+    return [(endpoints[k], [(key, config_text(value)) for key, value in
+                            blank(server_config_shown(v, hide_addresses)).items() if key != "props"])
             for k, v in run.server_config.items() if k in endpoints and isinstance(v, dict)]
 
 
@@ -727,7 +737,8 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
                              "launch_command": None if hide_addresses else e.launch_command,
                              "launch_flags": None if hide_addresses else e.launch_flags,
                              "tensor_parallel_size": e.tensor_parallel_size,
-                             "server_config": blank(run.server_config.get(str(e.id))),
+                             "server_config": blank(server_config_shown(run.server_config.get(str(e.id)),
+                                                                        hide_addresses)),
                              "preflight": blank(run.preflight.get(str(e.id)))}
     return {
         "format": "v100site-run", "version": EXPORT_VERSION, "public_id": run.public_id, "title": run.title,

@@ -90,7 +90,7 @@ def history_page(request, fingerprint: str):
     hide = hides_addresses(request)
     levels = LevelResult.objects.filter(fingerprint=fingerprint).select_related("endpoint")
     blank = selectors.address_hider({lv.endpoint for lv in levels}, hide)
-    points = history.history_points(fingerprint, blank=blank)
+    points = history.history_points(fingerprint, blank=blank, hide_flags=hide)
     return render(request, "benchmarks/history.html", {
         "fingerprint": fingerprint, "description": description, "points": list(reversed(points)),
         "figures": catalogue.HISTORY_FIGURES, "thresholds": history.thresholds(),
@@ -105,6 +105,7 @@ def history_chart(request, fingerprint: str, name: str, fmt: str):
     if shown is None:
         raise Http404("No such chart of a history.")
     levels = LevelResult.objects.filter(fingerprint=fingerprint).select_related("endpoint")
-    blank = selectors.address_hider({lv.endpoint for lv in levels}, hides_addresses(request))
-    fig = charts.history_figure(shown, history.history_points(fingerprint, blank=blank))
+    hide = hides_addresses(request)
+    blank = selectors.address_hider({lv.endpoint for lv in levels}, hide)
+    fig = charts.history_figure(shown, history.history_points(fingerprint, blank=blank, hide_flags=hide))
     return _figure_response(fig, fmt, f"history-{fingerprint}-{name}")

@@ -412,6 +412,12 @@ def public_urls(run, comparison, decision):
             urls.append(reverse("run-chart", args=[run.public_id, name, fmt]))
     for level in run.levels.all():
         urls.append(reverse("run-chart", args=[run.public_id, "timeline", "json"]) + f"?level={level.public_id}")
+    from benchmarks.engine.catalogue import HISTORY_FIGURES
+
+    for fingerprint in {lv.fingerprint for lv in run.levels.all()}:  # its workload's history
+        urls.append(reverse("history", args=[fingerprint]))
+        urls += [reverse("history-chart", args=[fingerprint, f.name, fmt]) for f in HISTORY_FIGURES
+                 for fmt in ("json", "csv")]
     return urls
 
 
