@@ -75,6 +75,27 @@ def test_the_api_key_is_write_only(client):
     assert "sk-new" not in client.get(reverse("admin:benchmarks_endpoint_changelist")).content.decode()
 
 
+def test_an_endpoints_alerts_webhook_secret_is_write_only_and_its_url_held_to_the_address_policy(client):
+    e = endpoint()
+    client.force_login(user("root", staff=True))
+    url = reverse("admin:benchmarks_endpoint_change", args=[e.id])
+    hook = {"alert_emails": "ops@example.org", "webhook_url": "https://hooks.example.org/v100"}
+    r = client.post(url, endpoint_post(e, **hook, webhook_secret="whsec-abc-789"))
+    assert r.status_code == 302, r.content.decode()[:2000]
+    e.refresh_from_db()
+    assert (e.alert_emails, e.webhook_url, e.webhook_secret) == (
+        "ops@example.org", "https://hooks.example.org/v100", "whsec-abc-789")
+    assert "whsec-abc-789" not in client.get(url).content.decode()
+    client.post(url, endpoint_post(e, **hook))  # left blank: kept
+    assert Endpoint.objects.get(id=e.id).webhook_secret == "whsec-abc-789"
+    client.post(url, endpoint_post(e, **hook, clear_webhook_secret="on"))
+    assert Endpoint.objects.get(id=e.id).webhook_secret == ""
+    r = client.post(url, endpoint_post(e, webhook_url="http://metadata.google.internal/hook"))
+    assert r.status_code == 200 and "metadata service" in r.content.decode()
+    r = client.post(url, endpoint_post(e, alert_emails="ops@, x"))
+    assert r.status_code == 200 and "is not an e-mail address" in r.content.decode()
+
+
 def test_an_endpoint_url_must_be_a_url(client):
     e = endpoint()
     client.force_login(user("root", staff=True))
