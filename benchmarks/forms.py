@@ -940,6 +940,20 @@ class ScheduleForm(forms.Form):
                 "webhook_secret": data.get("webhook_secret", "")}
 
 
+class RepeatForm(ScheduleForm):
+    """The run form's optional schedule (prefix "schedule"): judged only when `repeat` is ticked."""
+
+    repeat = forms.BooleanField(required=False, label="Repeat this run on a schedule")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, prefix="schedule", **kwargs)
+        self.order_fields(["repeat"])
+
+    @property
+    def wanted(self) -> bool:
+        return self.is_bound and self.data.get(self.add_prefix("repeat")) in ("on", "true", "1")
+
+
 class AlertSettingsForm(forms.Form):
     """A schedule's alert settings, edited on its page; the secret is never shown back."""
 

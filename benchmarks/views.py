@@ -8,14 +8,14 @@ from django.http import Http404, HttpResponse, HttpResponseForbidden, JsonRespon
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from benchmarks import charts, selectors, services
+from benchmarks import charts, schedules, selectors, services
 from benchmarks.compare import (differences, quality_csv, quality_sentences, quality_table, ratio_sentences,
                                 startup_table)
 from benchmarks.decorators import hides_addresses, permalink
 from benchmarks.engine import catalogue
 from benchmarks.engine.metrics import request_value
-from benchmarks.forms import (MAX_COMPARED_RUNS, ApiTokenForm, ComparisonForm, ImportForm, RunFilterForm, RunForm,
-                              ScheduleForm)
+from benchmarks.forms import (MAX_COMPARED_RUNS, ApiTokenForm, ComparisonForm, ImportForm, RepeatForm, RunFilterForm,
+                              RunForm, ScheduleForm)
 from benchmarks.importers import ReportFormatError
 from benchmarks.lab import selectors as lab_selectors
 from benchmarks.models import ApiToken, Run
@@ -53,17 +53,26 @@ def run_list(request):
 def run_new(request):
     # GET parameters pre-fill the form ("measure this next" links from the decision page).
     form = RunForm(initial=_prefill(request.GET))
+    repeat = RepeatForm()
     if request.method == "POST":  # reading POST runs the upload handlers, which may refuse the file
         form = RunForm(request.POST, request.FILES, upload_refused=getattr(request, "upload_refused", ""))
-    if form.is_bound and form.is_valid():
+        repeat = RepeatForm(request.POST)
+    # The schedule's fields are judged only when it is asked for; then both must be valid.
+    if form.is_bound and form.is_valid() and (not repeat.wanted or repeat.is_valid()):
         try:
             run = services.run_create(owner=request.user, **form.cleaned_data)
         except ValidationError as exc:  # the runs-in-flight limit, checked as the run is inserted
             form.add_error(None, exc)
         else:
+            if repeat.wanted:
+                schedule = schedules.schedule_create(
+                    owner=request.user, name=repeat.cleaned_data["name"] or str(run),
+                    template=schedules.template_from_run(run), **repeat.schedule_fields())
+                messages.success(request, f"Queued, and scheduled {schedule.when}: "
+                                          f"{request.build_absolute_uri(schedule.get_absolute_url())}")
             return redirect(run)
     return render(request, "benchmarks/run_new.html",
-                  {"form": form, "has_endpoints": form.fields["endpoints"].queryset.exists()
+                  {"form": form, "schedule_form": repeat, "has_endpoints": form.fields["endpoints"].queryset.exists()
                    or form.fields["recipes"].queryset.exists()})
 
 

@@ -146,3 +146,33 @@ def test_the_run_page_saves_a_schedule_and_only_its_owner_or_staff_act_on_it(cli
     client.post(reverse("schedule-action", args=[schedule.public_id, "delete"]))
     assert not Schedule.objects.exists() and not PeriodicTask.objects.exists()
     assert Run.objects.filter(id=run.id).exists()
+
+
+def test_the_run_form_queues_the_run_and_its_schedule_or_neither(client):
+    """The form's "Repeat this run on a schedule": judged only when ticked; a bad schedule keeps
+    the run from being queued, with the schedule's message beside its field."""
+    from v100site.celery import app
+
+    from factories import run_form
+
+    e = endpoint()
+    client.force_login(user())
+    data = run_form([e], title="nightly sim")
+    try:
+        r = client.post(reverse("run-new"), {**data, "schedule-repeat": "on", "schedule-every": "daily"})
+        assert r.status_code == 200 and "Give the time of day" in r.content.decode()
+        assert not Run.objects.exists() and not Schedule.objects.exists()
+        r = client.post(reverse("run-new"), {**data, "schedule-every": "daily"})  # not ticked: the run alone
+        assert r.status_code == 302 and Run.objects.count() == 1 and not Schedule.objects.exists()
+        r = client.post(reverse("run-new"), {**data, "schedule-repeat": "on", "schedule-every": "daily",
+                                             "schedule-at": "05:30", "schedule-alert_emails": "ops@example.org"})
+        assert r.status_code == 302
+    finally:
+        app.control.purge()  # no worker measures these runs
+    schedule = Schedule.objects.get()
+    run = Run.objects.get(title="nightly sim", id__gt=Run.objects.order_by("id").first().id)
+    assert schedule.name == "nightly sim" and schedule.when == "daily at 05:30 UTC"
+    assert schedule.alert_emails == "ops@example.org"
+    kwargs = schedules.template_kwargs(schedule.template)
+    assert kwargs["endpoints"] == [e] and kwargs["concurrency_levels"] == run.concurrency_levels
+    assert (kwargs["prompt_tokens"], kwargs["requests_per_level"]) == (run.prompt_tokens, run.requests_per_level)
