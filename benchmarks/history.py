@@ -41,7 +41,8 @@ def workload_shape(run: Run) -> dict:
             "arrivals": run.arrivals if run.load_mode == "rate" else "",
             "max_concurrency": run.max_concurrency if run.load_mode == "rate" else 0,
             "requests_per_level": run.requests_per_level, "duration_s": run.duration_s,
-            "warmup_requests": run.warmup_requests, "dataset": run.dataset or {}}
+            "warmup_requests": run.warmup_requests, "dataset": run.dataset or {},
+            "arrival_pattern": run.arrival_pattern or {}, "conversation": run.conversation or {}}
 
 
 def workload_fingerprint(run: Run, endpoint: Endpoint) -> str:

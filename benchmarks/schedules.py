@@ -14,6 +14,8 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from benchmarks import services
+from benchmarks.engine.arrivals import ArrivalPattern
+from benchmarks.engine.conversations import Conversation
 from benchmarks.engine.datasets import Dataset
 from benchmarks.models import Endpoint, EvaluationText, RequestRecord, Run, Schedule, ServerRecipe
 
@@ -46,7 +48,9 @@ def run_template(**kwargs) -> dict:
         recipes=[r.id for r in kwargs.get("recipes") or []],
         quality_text=kwargs["quality_text"].id if kwargs.get("quality_text") else None,
         quality_reference=kwargs["quality_reference"].id if kwargs.get("quality_reference") else None,
-        dataset=dataset.to_dict() if isinstance(dataset, Dataset) else None)
+        dataset=dataset.to_dict() if isinstance(dataset, Dataset) else None,
+        arrival_pattern=kwargs["arrival_pattern"].to_dict() if kwargs.get("arrival_pattern") else None,
+        conversation=kwargs["conversation"].to_dict() if kwargs.get("conversation") else None)
     return template
 
 
@@ -56,7 +60,9 @@ def template_from_run(run: Run) -> dict:
         **{k: getattr(run, k) for k in PLAIN},
         endpoints=list(run.endpoints.filter(recipe__isnull=True)), recipes=list(run.recipes.all()),
         quality_text=run.quality_text, quality_reference=run.quality_reference,
-        dataset=run.requests_dataset if run.dataset else None)
+        dataset=run.requests_dataset if run.dataset else None,
+        arrival_pattern=run.arrival_settings if run.load_mode == "rate" else None,
+        conversation=run.conversation_settings)
 
 
 def template_kwargs(template: dict) -> dict:
@@ -80,6 +86,10 @@ def template_kwargs(template: dict) -> dict:
     if template.get("dataset"):
         kwargs["dataset"] = Dataset.from_dict(template["dataset"], template.get("prompt_tokens"),
                                               template.get("output_tokens"))
+    if template.get("arrival_pattern"):
+        kwargs["arrival_pattern"] = ArrivalPattern.from_dict(template["arrival_pattern"], template.get("arrivals"))
+    if template.get("conversation"):
+        kwargs["conversation"] = Conversation.from_dict(template["conversation"])
     return kwargs
 
 

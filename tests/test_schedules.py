@@ -176,3 +176,32 @@ def test_the_run_form_queues_the_run_and_its_schedule_or_neither(client):
     kwargs = schedules.template_kwargs(schedule.template)
     assert kwargs["endpoints"] == [e] and kwargs["concurrency_levels"] == run.concurrency_levels
     assert (kwargs["prompt_tokens"], kwargs["requests_per_level"]) == (run.prompt_tokens, run.requests_per_level)
+
+
+def test_a_schedule_repeats_a_rate_run_s_arrival_pattern_and_a_conversation_run_as_submitted():
+    """The template keeps what run_create was given for each load mode: queued again from it,
+    the run has the same load settings (and so the same workload fingerprint)."""
+    from v100site.celery import app
+
+    from benchmarks import history
+    from benchmarks.engine.arrivals import ArrivalPattern
+    from benchmarks.engine.conversations import Conversation
+
+    owner = user()
+    e = endpoint()
+    common = dict(owner=owner, endpoints=[e], prompt_tokens=32, output_tokens=8, temperature=0.0,
+                  requests_per_level=4, warmup_requests=0)
+    try:
+        rate = services.run_create(load_mode="rate", request_rates=[1.0, 2.0], arrivals="gamma",
+                                   arrival_pattern=ArrivalPattern(kind="gamma", burstiness=0.5), **common)
+        talk = services.run_create(load_mode="conversation", concurrency_levels=[2],
+                                   conversation=Conversation(turns=3, think_s=0.5), **common)
+        for source in (rate, talk):
+            again = services.run_create(owner=owner, **schedules.template_kwargs(schedules.template_from_run(source)))
+            for field in ("load_mode", "request_rates", "concurrency_levels", "arrivals", "arrival_pattern",
+                          "conversation", "prompt_tokens", "output_tokens", "temperature", "requests_per_level"):
+                assert getattr(again, field) == getattr(source, field), field
+            assert history.workload_fingerprint(again, e) == history.workload_fingerprint(source, e)
+        assert rate.arrival_pattern["burstiness"] == 0.5 and talk.conversation["turns"] == 3
+    finally:
+        app.control.purge()  # no worker measures these runs
