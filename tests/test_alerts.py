@@ -72,7 +72,7 @@ def test_a_webhook_is_retried_by_the_worker_until_delivered_and_every_attempt_is
                                          template={}, webhook_url=receiver.url, webhook_secret="hook-secret-1")
     run = regressed_run(e, owner, schedule)
     worker = spawn_worker(worker_env(ALERT_RETRY_BACKOFF_S="0.5", SITE_URL="https://lab.example"),
-                          name="alerts", queues="housekeeping")
+                          name="alerts", queue="housekeeping")
     try:
         [delivery] = alerts.alerts_create(run=run, report=run.regression_report)
         deadline = time.monotonic() + 60
