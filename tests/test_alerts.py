@@ -17,7 +17,7 @@ from benchmarks.engine import webhooks
 from benchmarks.engine.catalogue import figure
 from benchmarks.engine.regression import LevelTest, RegressionReport, Thresholds, compare_figure
 from benchmarks.models import AlertDelivery, Run, Schedule
-from conftest import close_other_sessions, spawn_worker, stop_worker, worker_env
+from conftest import spawn_worker, stop_worker, worker_env
 from factories import endpoint, measured_run, user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,7 +64,7 @@ def regressed_run(e, owner, schedule=None) -> Run:
 
 
 def test_a_webhook_is_retried_by_the_worker_until_delivered_and_every_attempt_is_recorded(
-        settings, client, django_db_blocker):
+        settings, client):
     receiver = Receiver([503])
     owner = user()
     e = endpoint(name="vllm-staging")
@@ -83,7 +83,6 @@ def test_a_webhook_is_retried_by_the_worker_until_delivered_and_every_attempt_is
             time.sleep(0.2)
     finally:
         stop_worker(worker)
-        close_other_sessions(django_db_blocker)
         receiver.close()
     assert delivery.status == AlertDelivery.DELIVERED, (delivery.attempts, worker.log_path.read_text()[-3000:])
     assert [(a["status_code"], bool(a["error"])) for a in delivery.attempts] == [(503, True), (200, False)]

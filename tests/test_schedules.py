@@ -11,7 +11,7 @@ from django_celery_beat.models import PeriodicTask
 
 from benchmarks import schedules, services
 from benchmarks.models import Run, Schedule
-from conftest import close_other_sessions, spawn_beat, spawn_worker, stop_worker, worker_env
+from conftest import spawn_beat, spawn_worker, stop_worker, worker_env
 from factories import endpoint, measured_run, user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,7 +23,7 @@ def _template_run(e, owner):
     return run
 
 
-def test_a_schedule_fired_by_beat_queues_a_run_that_a_worker_measures(simulator, django_db_blocker):
+def test_a_schedule_fired_by_beat_queues_a_run_that_a_worker_measures(simulator):
     """The firings' runs go to a host queue of their own (HOST_QUEUES in the spawned worker), so
     that the suite's shared worker never measures one while a later test empties the tables."""
     from v100site.celery import app
@@ -61,7 +61,6 @@ def test_a_schedule_fired_by_beat_queues_a_run_that_a_worker_measures(simulator,
         with app.connection_for_write() as conn:
             for queue in ("scheduled-host-test", "housekeeping"):
                 conn.default_channel.queue_purge(queue)
-        close_other_sessions(django_db_blocker)
     assert run.status == Run.SUCCEEDED, run.error
     assert run.owner == owner and list(run.endpoints.all()) == [e]
     assert (run.prompt_tokens, run.output_tokens, run.concurrency_levels, run.requests_per_level) == (32, 8, [1], 3)
