@@ -21,6 +21,7 @@ import io
 
 from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure, shown
 from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
+from benchmarks.engine.stats import welch
 
 FINGERPRINT_FIELDS = {
     "prompt_tokens": "prompt tokens",
@@ -170,7 +171,11 @@ def ratio_sentences(series: list[dict]) -> list[dict]:
 
 def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> dict | None:
     """One figure of two series at one level, in words: the better value (the catalogue's
-    `better`) wins, by how many times, with both values; None when either lacks it."""
+    `better`) wins, by how many times, with both values; None when either lacks it. With
+    trials on both sides a winner is named only when Welch's t-test finds the difference
+    significant at 5 % (`significant` True); otherwise the sentence says there is no
+    significant difference, with n. With one trial on a side it keeps the plain wording and
+    says it was not tested (`significant` None): one trial claims no significance."""
     a, b = xl.get(f), yl.get(f)
     if not a or not b:
         return None
@@ -178,15 +183,29 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     x_wins = a <= b if m.lower_is_better else a >= b
     (winner, w), (loser, lo) = ((x, a), (y, b)) if x_wins else ((y, b), (x, a))
     ratio = _times(max(a, b), min(a, b))
+    base = {"metric": f.name, "values": [a, b], "labels": [x["label"], y["label"]], "significant": None}
+    nx, ny = xl.trials, yl.trials
+    test = welch(xl.samples.get(f.name, ()), yl.samples.get(f.name, ())) if nx > 1 and ny > 1 else None
+    if test is not None and not test.significant:
+        return {**base, "significant": False,
+                "text": f"No significant difference in {f.label} between {x['label']} and {y['label']} {where} "
+                        f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}, means of n={nx} and n={ny} trials; "
+                        f"Welch's t-test, 5 %)."}
     if ratio == _times(1, 1):  # within half a percent: no winner to name
-        return {"text": f"{f.label} is the same for {x['label']} and {y['label']} {where} "
-                        f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}).", "metric": f.name,
-                "values": [a, b], "labels": [x["label"], y["label"]]}
+        return {**base, "text": f"{f.label} is the same for {x['label']} and {y['label']} {where} "
+                                f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted})."}
     phrase = m.phrase or ("{winner} has a {ratio} lower {what} than {loser}" if m.lower_is_better
                           else "{winner} has a {ratio} higher {what} than {loser}")
     text = phrase.format(winner=winner["label"], loser=loser["label"], ratio=ratio, what=f.label)
+    if test is not None:
+        note = f"; significant, Welch's t-test at 5 %, n={nx} and n={ny} trials"
+    elif nx > 1 or ny > 1:
+        note = f"; not tested for significance: n={nx} and n={ny} trials, and one trial has no spread to test"
+    else:
+        note = ""
     # The numbers in the order the phrase names the series: the winner's first.
-    return {"text": f"{text} {where} ({w:.{m.digits}f} vs {lo:.{m.digits}f} {f.quoted}).", "metric": f.name,
+    return {**base, "significant": True if test is not None else None,
+            "text": f"{text} {where} ({w:.{m.digits}f} vs {lo:.{m.digits}f} {f.quoted}{note}).",
             "values": [w, lo], "labels": [winner["label"], loser["label"]]}
 
 

@@ -11,8 +11,9 @@ from benchmarks.engine.conversations import MAX_TURNS, THINK_KINDS, Conversation
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
 from benchmarks.engine.launcher import format_value
-from benchmarks.models import (Endpoint, EvaluationText, ImportedReport, Run, Schedule, ServerRecipe, Variant,
-                               email_list, validate_emails, validate_webhook_url)
+from benchmarks.engine.slo_search import max_probes
+from benchmarks.models import (MAX_TRIALS, SLO_SEARCH_LOW, Endpoint, EvaluationText, ImportedReport, Run, Schedule,
+                               ServerRecipe, Variant, email_list, validate_emails, validate_webhook_url)
 
 
 def storable_text(value: str) -> None:
@@ -98,6 +99,28 @@ DATASET_FIELDS = ("dataset_source", "length_distribution", "length_spread", "dat
 MAX_LOAD_PROCESSES = 64
 MAX_LOAD_WORKERS = 16
 
+# Workloads named after real uses: what each fills in the run form (`?preset=<key>` links on it).
+# Lengths are the usual shapes of each use; a member adjusts them to their own.
+PRESETS = {
+    "chat": {"label": "Chat", "words": "short questions, replies of a few hundred tokens, log-normal lengths, "
+                                       "TTFT p99 ≤ 2 s",
+             "fields": {"api": "chat", "prompt_tokens": 256, "output_tokens": 256, "length_distribution": "lognormal",
+                        "length_spread": 0.5, "concurrency_levels": "1,4,16", "requests_per_level": 32,
+                        "slo_ttft_ms": 2000, "slo_tpot_ms": 100}},
+    "rag": {"label": "RAG, 2k shared prefix", "words": "a 2048-token context shared by every request (prefix "
+                                                      "caching), a short question and answer",
+            "fields": {"api": "completions", "prompt_tokens": 128, "output_tokens": 128, "prefix_tokens": 2048,
+                       "prefix_share": 100, "concurrency_levels": "1,4,8", "requests_per_level": 24,
+                       "slo_ttft_ms": 2000}},
+    "summarisation": {"label": "Summarisation", "words": "long prompts (about 3000 tokens), short summaries",
+                      "fields": {"api": "completions", "prompt_tokens": 3000, "output_tokens": 200,
+                                 "length_distribution": "normal", "length_spread": 0.2, "concurrency_levels": "1,2,4",
+                                 "requests_per_level": 16, "slo_e2e_ms": 30000}},
+    "batch": {"label": "Batch", "words": "throughput first: many long generations in flight, no latency target",
+              "fields": {"api": "completions", "prompt_tokens": 512, "output_tokens": 512, "concurrency_levels": "16,32,64",
+                         "requests_per_level": 128}},
+}
+
 
 class RunForm(forms.Form):
     title = TextField(max_length=200, required=False)
@@ -159,6 +182,18 @@ class RunForm(forms.Form):
                                    help_text="Optional targets for goodput.")
     slo_tpot_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: TPOT (ms)")
     slo_e2e_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: E2E (ms)")
+    search_max_concurrency = forms.IntegerField(required=False, min_value=SLO_SEARCH_LOW, initial=64,
+                                                label="Highest concurrency to try",
+                                                help_text="SLO search: bisection from 1 up to this many concurrent "
+                                                          "users, for the highest that stays within the SLOs above.")
+    slo_percentile = forms.TypedChoiceField(choices=[(50, "p50"), (90, "p90"), (99, "p99")], coerce=int, initial=99,
+                                            required=False, label="SLO percentile",
+                                            help_text="SLO search: the SLOs hold for this percentile of each "
+                                                      "level's requests, and no request may fail.")
+    trials = forms.IntegerField(initial=1, min_value=1, max_value=MAX_TRIALS, required=False,
+                                help_text="Measure each level this many times; the results show each figure's mean "
+                                          "and its 95 % confidence interval across trials. Servers the lab starts "
+                                          "start afresh for each trial.")
     warmup_requests = forms.IntegerField(initial=2, min_value=0, max_value=100,
                                          help_text="Sent before measuring; never part of a result.")
     load_processes = forms.IntegerField(required=False, min_value=0, max_value=MAX_LOAD_PROCESSES,
@@ -229,7 +264,8 @@ class RunForm(forms.Form):
     LOAD_MODE_FIELDS = {"concurrency": ("concurrency_levels",),
                         "rate": ("request_rates", "arrivals", "burstiness", "ramp_to", "trace_file", "trace_speedups",
                                  "max_concurrency"),
-                        "conversation": ("concurrency_levels", "conversation_turns", "think_time_s", "think_time")}
+                        "conversation": ("concurrency_levels", "conversation_turns", "think_time_s", "think_time"),
+                        "slo": ("search_max_concurrency", "slo_percentile")}
     ARRIVAL_FIELDS = {"request_rates": ("poisson", "constant", "gamma", "ramp"), "burstiness": ("gamma", "ramp"),
                       "ramp_to": ("ramp",), "trace_file": ("trace",), "trace_speedups": ("trace",)}
     PATTERN_FIELDS = ("burstiness", "ramp_to", "trace_file", "trace_speedups", "conversation_turns", "think_time_s",
@@ -490,6 +526,12 @@ class RunForm(forms.Form):
             self.add_error("concurrency_levels", "Give at least one concurrency level, e.g. 1,8.")
         if mode == "rate" and not trace and "request_rates" in data and not data["request_rates"]:
             self.add_error("request_rates", "Give at least one request rate, e.g. 1,2.")
+        data["trials"] = data.get("trials") or 1
+        data["slo_percentile"] = data.get("slo_percentile") or 99
+        if mode == "slo":
+            self._clean_search(data)
+        else:
+            data["search_max_concurrency"] = None
         if mode == "rate":
             data["concurrency_levels"] = []
         else:
@@ -500,14 +542,12 @@ class RunForm(forms.Form):
         # Each server started from a recipe measures the levels as an endpoint does.
         data["_measured"] = len(data.get("endpoints") or []) + servers
         self._check_run_time(data)
-        levels = len(data.get("concurrency_levels") or data.get("request_rates") or [])
-        if trace:
-            levels = len(data["arrival_pattern"].speedups)
+        levels = _levels(data) * data["trials"]
         total = data.pop("_measured") * levels * (data.get("requests_per_level") or 0)
         if total > settings.MAX_REQUESTS_PER_RUN:
             raise forms.ValidationError(
-                f"This run would send {total} requests (endpoints and recipe settings × levels × requests per "
-                f"level); the limit is {settings.MAX_REQUESTS_PER_RUN}.")
+                f"This run would send {total} requests (endpoints and recipe settings × levels × trials × requests "
+                f"per level); the limit is {settings.MAX_REQUESTS_PER_RUN}.")
         # The runs-in-flight limit is checked by services.run_create, atomically with the insert.
         self._clean_dataset(data)
         dataset = data.get("dataset")
@@ -519,6 +559,19 @@ class RunForm(forms.Form):
                     f"Prompt plus output tokens ({prompt + output}{longest}, shared prefix included) exceed the "
                     f"limit of {settings.MAX_TOKENS}.")
         return data
+
+    def _clean_search(self, data) -> None:
+        """SLO search: a highest concurrency within the limit and at least one SLO to meet."""
+        data["concurrency_levels"] = []
+        high = data.get("search_max_concurrency")
+        if high is None and "search_max_concurrency" not in self.errors:
+            self.add_error("search_max_concurrency", "Give the highest concurrency to try, e.g. 64.")
+        elif high is not None and high > settings.MAX_CONCURRENCY:
+            self.add_error("search_max_concurrency",
+                           f"{high} is above the limit of {settings.MAX_CONCURRENCY} concurrent requests.")
+        if not any(data.get(k) for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms")) and not any(
+                k in self.errors for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms")):
+            self.add_error("slo_ttft_ms", "The SLO search needs a target to meet: give a TTFT, TPOT or E2E SLO.")
 
     def clean_dataset_file(self) -> dict | None:
         """The uploaded JSONL as {"name", "entries"}: UTF-8, within MAX_DATASET_MIB, every line a prompt."""
@@ -618,16 +671,17 @@ class RunForm(forms.Form):
         limit, n, duration = settings.RUN_TIME_LIMIT_S, data.get("requests_per_level"), data.get("duration_s")
         endpoints = data.get("_measured") or 1  # endpoints and servers started from recipes
         pattern = data.get("arrival_pattern")
+        trials = data.get("trials") or 1
         if data.get("load_mode") == "rate" and pattern is not None and pattern.kind == "trace" and pattern.trace and n:
             per_level = [min(arrival_engine.expected_span_s(pattern, None, n, s), duration or math.inf)
                          for s in pattern.speedups]
-            total = endpoints * sum(per_level)
+            total = endpoints * sum(per_level) * trials
             if total > limit:
                 self.add_error("trace_speedups", (
                     f"Replayed at ×{min(pattern.speedups):g}, the trace's first {min(n, len(pattern.trace.requests))} "
-                    f"requests take {_span(max(per_level))}; this run ({len(per_level)} level(s) × {endpoints} "
-                    f"endpoint(s)) would take about {_span(total)}, above the run time limit of {_span(limit)}. "
-                    "Speed it up, replay fewer requests per level or set a shorter duration."))
+                    f"requests take {_span(max(per_level))}; this run ({len(per_level)} level(s) × {trials} trial(s) × "
+                    f"{endpoints} endpoint(s)) would take about {_span(total)}, above the run time limit of "
+                    f"{_span(limit)}. Speed it up, replay fewer requests per level or set a shorter duration."))
         elif data.get("load_mode") == "rate" and data.get("request_rates") and n:
             slowest = min(data["request_rates"])
             if duration and n > 1 and slowest * duration < 1:
@@ -638,11 +692,11 @@ class RunForm(forms.Form):
             pattern = pattern or arrival_engine.ArrivalPattern()
             per_level = [min(arrival_engine.expected_span_s(pattern, rate, n), duration or math.inf)
                          for rate in data["request_rates"]]
-            total = endpoints * sum(per_level)
+            total = endpoints * sum(per_level) * trials
             if total > limit:
                 self.add_error("request_rates", (
                     f"At {slowest:g} requests per second, {n} requests take {_span(max(per_level))} per level; "
-                    f"this run ({len(per_level)} level(s) × {endpoints} endpoint(s)) would take about "
+                    f"this run ({len(per_level)} level(s) × {trials} trial(s) × {endpoints} endpoint(s)) would take about "
                     f"{_span(total)}, above the run time limit of {_span(limit)}. Raise the rates, send fewer "
                     "requests per level or set a shorter duration."))
         elif data.get("load_mode") == "conversation" and data.get("concurrency_levels") and n \
@@ -651,18 +705,19 @@ class RunForm(forms.Form):
             conversation = data["conversation"]
             per_level = [min(math.ceil(n / conversation.turns / c) * (conversation.turns - 1) * conversation.think_s,
                              duration or math.inf) for c in data["concurrency_levels"]]
-            total = endpoints * sum(per_level)
+            total = endpoints * sum(per_level) * trials
             if total > limit:
                 self.add_error("think_time_s", (
                     f"With {_span(conversation.think_s)} of think time between turns, this run ({len(per_level)} "
-                    f"level(s) × {endpoints} endpoint(s)) would take at least {_span(total)}, above the run time "
-                    f"limit of {_span(limit)}. Think less, send fewer requests per level or set a shorter duration."))
-        elif data.get("load_mode") in ("concurrency", "conversation") and data.get("concurrency_levels") and duration:
-            levels = len(data["concurrency_levels"])
+                    f"level(s) × {trials} trial(s) × {endpoints} endpoint(s)) would take at least {_span(total)}, "
+                    f"above the run time limit of {_span(limit)}. Think less, send fewer requests per level or set a "
+                    "shorter duration."))
+        elif data.get("load_mode") in ("concurrency", "conversation", "slo") and _levels(data) and duration:
+            levels = _levels(data) * trials
             total = endpoints * levels * duration
             if total > limit:
                 self.add_error("duration_s", (
-                    f"{levels} level(s) × {endpoints} endpoint(s) × {_span(duration)} could take {_span(total)}, above "
+                    f"{levels} level(s) (trials included) × {endpoints} endpoint(s) × {_span(duration)} could take {_span(total)}, above "
                     f"the run time limit of {_span(limit)}. Set a shorter duration or fewer levels."))
 
 
@@ -676,6 +731,18 @@ def evaluation_text_upload(f) -> dict:
         raise forms.ValidationError(f"{f.name} contains a NUL character (position {text.index(chr(0)) + 1}): "
                                     "it is not plain text.")
     return {"name": f.name[:200], "text": text}
+
+
+def _levels(data) -> int:
+    """The levels one trial of the run measures on each endpoint: an SLO search's most probes, a
+    trace's speeds."""
+    if data.get("load_mode") == "slo":
+        high = data.get("search_max_concurrency")
+        return max_probes(SLO_SEARCH_LOW, high) if high else 0
+    pattern = data.get("arrival_pattern")
+    if data.get("load_mode") == "rate" and pattern is not None and pattern.kind == "trace":
+        return len(pattern.speedups)
+    return len(data.get("concurrency_levels") or data.get("request_rates") or [])
 
 
 def _utf8_upload(f, limit_mib: int, what: str) -> str:

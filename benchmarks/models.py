@@ -28,6 +28,7 @@ from benchmarks.engine.quality import QualityResult as QualityFigures
 from benchmarks.engine.regression import RegressionReport
 from benchmarks.engine import webhooks
 from benchmarks.engine.server_metrics import ServerSummary
+from benchmarks.engine.slo_search import SloSearch, SloTarget
 from benchmarks.importers import ImportedReport as ParsedReport
 
 
@@ -472,6 +473,10 @@ class EvaluationText(models.Model):
         return f"{self.name} ({self.sha256[:12]}, {len(self.text):,} characters)"
 
 
+MAX_TRIALS = 10  # repetitions of each level (confidence intervals across them)
+SLO_SEARCH_LOW = 1  # an SLO search starts at one user
+
+
 class Run(models.Model):
     QUEUED, RUNNING, SUCCEEDED, PARTIAL, FAILED, CANCELLED = (
         "queued", "running", "succeeded", "partial", "failed", "cancelled")
@@ -494,7 +499,8 @@ class Run(models.Model):
     temperature = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(2.0)])
     api = models.CharField(max_length=20, choices=APIS, default="completions")
     LOAD_MODES = [("concurrency", "concurrency sweep (closed loop)"), ("rate", "request rate (open loop)"),
-                  ("conversation", "multi-turn conversations (closed loop)")]
+                  ("conversation", "multi-turn conversations (closed loop)"),
+                  ("slo", "find the load that meets my SLO (closed loop)")]
     ARRIVALS = [("poisson", "Poisson"), ("constant", "constant"), ("gamma", "gamma (bursty)"),
                 ("ramp", "linear ramp"), ("trace", "trace replay")]
     load_mode = models.CharField(max_length=20, choices=LOAD_MODES, default="concurrency")
@@ -508,7 +514,7 @@ class Run(models.Model):
     # Conversation mode: engine.conversations.Conversation's to_dict (turns, think time).
     conversation = models.JSONField(default=dict, blank=True)
     max_concurrency = models.PositiveIntegerField(default=0, help_text="Rate mode: cap on requests "
-                                                  "in flight; 0 = none.")
+                                                  "in flight; 0 = none. SLO search: the highest concurrency tried.")
     requests_per_level = models.PositiveIntegerField()
     duration_s = models.FloatField(null=True, blank=True, help_text="Optional time bound per level.")
     warmup_requests = models.PositiveIntegerField()
@@ -524,6 +530,14 @@ class Run(models.Model):
     slo_ttft_ms = models.FloatField("SLO: TTFT (ms)", null=True, blank=True)
     slo_tpot_ms = models.FloatField("SLO: TPOT (ms)", null=True, blank=True)
     slo_e2e_ms = models.FloatField("SLO: E2E (ms)", null=True, blank=True)
+    # Each level measured this many times (a fresh server per trial where the lab starts it);
+    # the run page shows each figure's mean and its 95 % interval across them.
+    trials = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1),
+                                                                     MaxValueValidator(MAX_TRIALS)])
+    # SLO search (load mode "slo"): the SLOs above at this percentile; per endpoint id its search
+    # (engine.slo_search.SloSearch, written by its to_dict, read by its from_dict: `searches`).
+    slo_percentile = models.PositiveSmallIntegerField(default=99, choices=[(50, "p50"), (90, "p90"), (99, "p99")])
+    slo_search = models.JSONField(default=dict, blank=True)
     # The quality step (engine/quality.py), after the load levels: perplexity of every endpoint
     # on one text, and against the reference endpoint KL divergence and agreement.
     quality = models.BooleanField("measure quality", default=False)
@@ -631,7 +645,10 @@ class Run(models.Model):
         return Conversation.from_dict(self.conversation) if self.load_mode == "conversation" else None
 
     def loads(self) -> list[Load]:
-        """The run's load levels, in order (engine.client.Load)."""
+        """The run's load levels, in order (engine.client.Load); an SLO search has none fixed:
+        its levels are `search_load`s, found as it goes."""
+        if self.load_mode == "slo":
+            return []
         n, duration = self.requests_per_level, self.duration_s
         if self.load_mode == "rate":
             pattern = self.arrival_settings
@@ -644,6 +661,25 @@ class Run(models.Model):
                     for r in self.request_rates]
         return [Load(concurrency=c, requests=n, duration_s=duration, conversation=self.conversation_settings)
                 for c in self.concurrency_levels]
+
+    @property
+    def search_max_concurrency(self) -> int | None:
+        """An SLO search's highest concurrency (run_create's argument), None in other modes."""
+        return self.max_concurrency if self.load_mode == "slo" else None
+
+    def search_load(self, concurrency: int) -> Load:
+        return Load(concurrency=concurrency, requests=self.requests_per_level, duration_s=self.duration_s)
+
+    @property
+    def slo_target(self) -> SloTarget:
+        return SloTarget(self.slo_percentile, **self.slo)
+
+    def new_search(self) -> SloSearch:
+        return SloSearch(target=self.slo_target, low=SLO_SEARCH_LOW, high=max(self.max_concurrency, SLO_SEARCH_LOW))
+
+    def searches(self) -> dict[str, SloSearch]:
+        """Endpoint id (as stored) -> its SLO search, through the one reader."""
+        return {k: SloSearch.from_dict(v) for k, v in (self.slo_search or {}).items()}
 
     def evaluation_text(self) -> EvalText:
         """The quality step's text as the engine scores it: the uploaded one, or the built-in."""
@@ -663,6 +699,13 @@ class Run(models.Model):
 
     @property
     def levels_label(self) -> str:
+        trials = f" × {self.trials} trials" if self.trials > 1 else ""
+        if self.load_mode == "slo":
+            return f"SLO search c={SLO_SEARCH_LOW}..{self.max_concurrency}{trials}"
+        return self._levels_words + trials
+
+    @property
+    def _levels_words(self) -> str:
         if self.load_mode == "rate":
             cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
             pattern = self.arrival_settings
@@ -699,7 +742,8 @@ class LevelResult(models.Model):
     public_id = models.CharField(max_length=32, unique=True, default=new_public_id, editable=False)
     run = models.ForeignKey(Run, models.CASCADE, related_name="levels")
     endpoint = models.ForeignKey(Endpoint, models.PROTECT, related_name="levels")
-    level_index = models.PositiveSmallIntegerField(default=0)
+    level_index = models.PositiveSmallIntegerField(default=0)  # an SLO search: its probe's number
+    trial = models.PositiveSmallIntegerField(default=0)  # 0 .. run.trials - 1
     concurrency = models.PositiveIntegerField()  # streams, or the cap in rate mode (0 = none)
     rate = models.FloatField(null=True, blank=True)  # requests/s in rate mode
     started_at = models.DateTimeField()
@@ -718,9 +762,9 @@ class LevelResult(models.Model):
     fingerprint = models.CharField(max_length=16, blank=True, db_index=True)
 
     class Meta:
-        ordering = ["run", "endpoint__name", "level_index"]
-        constraints = [models.UniqueConstraint(fields=["run", "endpoint", "level_index"],
-                                               name="level_run_endpoint_index")]
+        ordering = ["run", "endpoint__name", "level_index", "trial"]
+        constraints = [models.UniqueConstraint(fields=["run", "endpoint", "level_index", "trial"],
+                                               name="level_run_endpoint_index_trial")]
 
     def __str__(self):
         return f"{self.endpoint} @ {self.load_label}"
@@ -730,6 +774,11 @@ class LevelResult(models.Model):
         if self.rate is None:
             return f"{self.concurrency} concurrent"
         return f"{self.rate:.4g} req/s" + (f" (cap {self.concurrency})" if self.concurrency else "")
+
+    @property
+    def trial_label(self) -> str:
+        """Its load, and its trial when the run repeats levels: "8 concurrent · trial 2"."""
+        return self.load_label + (f" · trial {self.trial + 1}" if self.run.trials > 1 else "")
 
     # The stored JSON, read through its one reader (every stored version reads).
     @cached_property

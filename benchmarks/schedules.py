@@ -26,7 +26,8 @@ FIRE_TASK = "benchmarks.schedule_fire"
 # run_create's arguments that are plain JSON values, kept as they are.
 PLAIN = ("title", "prompt_tokens", "output_tokens", "temperature", "requests_per_level", "warmup_requests",
          "load_mode", "concurrency_levels", "request_rates", "arrivals", "max_concurrency", "duration_s", "api",
-         "seed", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms", "quality", "quality_ctx", "quality_chunks", "sweep")
+         "seed", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms", "quality", "quality_ctx", "quality_chunks", "sweep",
+         "trials", "slo_percentile", "search_max_concurrency")
 
 
 # ---------------------------------------------------------------- the template (one writer, one reader)

@@ -20,8 +20,8 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from benchmarks.engine.catalogue import (GPU_SIDE_BY_SIDE, METRICS, REQUEST_CSV, RESULTS_TABLE, Figure, definitions,
-                                        figure)
+from benchmarks.engine.catalogue import (ACROSS_TRIALS, GPU_SIDE_BY_SIDE, METRICS, REQUEST_CSV, RESULTS_TABLE, SLO_SEARCH,
+                                         Figure, definitions, figure)
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
 from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import histogram
@@ -29,6 +29,7 @@ from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value, ttft_by_turn
 from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
+from benchmarks.engine.stats import Estimate, estimate
 from benchmarks.models import (ApiToken, Comparison, Decision, DeletedRun, Endpoint, EvaluationText, ImportedReport,
                                LevelResult, QualityMeasurement, RequestRecord, Run, Schedule, ServerRecipe)
 
@@ -173,20 +174,61 @@ def _shows(metric, run: Run) -> bool:
     return {"": True, "chat": run.api == "chat", "slo": bool(run.slo), "schedule": run.load_mode == "rate"}[metric.needs]
 
 
+def level_groups(levels: list[LevelResult]) -> list[list[LevelResult]]:
+    """The levels grouped by endpoint and level, each group its trials in order (one level for a
+    run of one trial), in the order of `levels`."""
+    groups: dict[tuple, list[LevelResult]] = {}
+    for lv in levels:
+        groups.setdefault((lv.endpoint_id, lv.level_index), []).append(lv)
+    return [sorted(g, key=lambda lv: lv.trial) for g in groups.values()]
+
+
+def estimate_cell(f: Figure, est: Estimate | None) -> dict:
+    """A figure across trials as a table cell: the mean in the catalogue's decimals and unit
+    scale, and with two trials or more its 95 % interval (± its half-width, both bounds in the
+    title)."""
+    m = f.metric
+    if est is None:
+        return {"key": f.key, "stat": f.stat or "", "text": "—", "ci": "", "title": ""}
+    shown = lambda v: f"{v * m.scale:.{m.digits}f}"
+    if est.low is None:
+        return {"key": f.key, "stat": f.stat or "", "text": shown(est.mean), "ci": "", "title": ""}
+    return {"key": f.key, "stat": f.stat or "", "text": shown(est.mean), "ci": f"± {shown(est.half_width)}",
+            "title": f"mean of {est.n} trials; 95 % CI {shown(est.low)} to {shown(est.high)} (Student t, n = {est.n})"}
+
+
 def results_table(run: Run, levels: list[LevelResult]) -> dict:
     """The run page's results table from the catalogue (RESULTS_TABLE): its column groups and,
-    per level, each figure formatted with the catalogue's decimals and unit scale."""
+    per endpoint and level, each figure formatted with the catalogue's decimals and unit scale:
+    across a run's trials their mean and 95 % interval (stats.estimate), counts summed."""
     columns = [c for c in RESULTS_TABLE if _shows(c.metric, run)]
-
-    def cell(level: LevelResult, f) -> dict:
-        value = level.stats.figure(f)
-        m = f.metric
-        return {"key": f.key, "stat": f.stat or "",
-                "text": "—" if value is None else f"{value * m.scale:.{m.digits}f}"}
-
+    rows = []
+    for group in level_groups(levels):
+        stats = [lv.stats for lv in group]
+        flags = {f["code"]: f for lv in group for f in lv.flags}
+        rows.append({
+            "level": group[0], "trials": len(group), "summary": stats[0],
+            "completed": sum(s.completed for s in stats), "failed": sum(s.failed for s in stats),
+            "output_tokens": sum(s.output_tokens for s in stats),
+            "client_output_tokens": sum(s.client_output_tokens for s in stats),
+            "token_mismatch": sum(s.token_mismatch for s in stats), "flags": list(flags.values()),
+            "cells": [estimate_cell(f, estimate(s.figure(f) for s in stats)) for c in columns for f in c.figures]})
     return {"columns": columns, "stats": [f for c in columns if len(c.figures) > 1 for f in c.figures],
-            "rows": [{"level": lv, "summary": lv.stats, "cells": [cell(lv, f) for c in columns for f in c.figures]}
-                     for lv in levels]}
+            "rows": rows, "trials": run.trials}
+
+
+def slo_answers(run: Run) -> list[dict]:
+    """Per endpoint its SLO search, as the run page says it: "serves N concurrent users within
+    TTFT p99 ≤ 2000 ms", and each probe (concurrency, met or what it missed)."""
+    if run.load_mode != "slo":
+        return []
+    endpoints = {str(e.id): e for e in run.endpoints.all()}
+    out = []
+    for key, search in sorted(run.searches().items(), key=lambda kv: endpoints[kv[0]].name if kv[0] in endpoints else ""):
+        if key in endpoints:
+            out.append({"endpoint": endpoints[key], "search": search, "words": search.words,
+                        "probes": sorted(search.probes, key=lambda p: p.concurrency)})
+    return out
 
 
 def run_cancel_allowed(run: Run, user) -> bool:
@@ -381,7 +423,9 @@ def run_definitions(run: Run) -> list:
     """The run page's "How each number is defined": the catalogue's entries, the quality figures
     only for a run with a quality step, the start-up ones only for a run that started servers."""
     launches = run.launches.exists()
-    return [d for d in definitions() if (d.source != "quality" or run.quality) and (d.source != "launch" or launches)]
+    notes = [n for n, shown in ((ACROSS_TRIALS, run.trials > 1), (SLO_SEARCH, run.load_mode == "slo")) if shown]
+    return notes + [d for d in definitions() if (d.source != "quality" or run.quality)
+                    and (d.source != "launch" or launches)]
 
 
 def run_quality(run: Run) -> list[QualityMeasurement]:
@@ -500,12 +544,15 @@ def endpoint_gpu(endpoint: Endpoint) -> tuple[str | None, int]:
     return gpus[0].name, used
 
 
-def level_point(level: LevelResult) -> Point:
-    """A measured level as a comparison point, read from its stored summaries."""
+def level_point(level: LevelResult, trials: list[LevelResult] | None = None) -> Point:
+    """A measured level as a comparison point, read from its stored summaries: of its `trials`
+    (the level's repetitions, itself among them) when given."""
     endpoint_gpus = [g.index for g in level.endpoint.gpus.all()]
-    return Point.measured(level.stats, label=level.load_label, id=level.public_id,
+    summaries = [lv.stats for lv in trials] if trials else level.stats
+    return Point.measured(summaries, label=level.load_label, id=level.public_id,
                           concurrency=level.concurrency if level.rate is None else None, rate=level.rate,
-                          flags=[f["code"] for f in level.flags], gpu=level.gpu, gpu_indices=endpoint_gpus)
+                          flags=list(dict.fromkeys(f["code"] for lv in (trials or [level]) for f in lv.flags)),
+                          gpu=level.gpu, gpu_indices=endpoint_gpus)
 
 
 def endpoint_label(e: Endpoint) -> str:
@@ -519,11 +566,12 @@ def run_series(run: Run) -> list[dict]:
 
     levels = list(run.levels.select_related("endpoint__host", "endpoint__variant__model")
                   .prefetch_related("endpoint__gpus", "endpoint__host__gpus").defer("gpu_series", "server_series")
-                  .order_by("endpoint__name", "level_index"))
+                  .order_by("endpoint__name", "level_index", "trial"))
     # A server the lab started for this run: its start-up and memory after load, per series.
     launches = {lc.endpoint_id: lc for lc in run.launches.filter(endpoint__isnull=False)}
     by_endpoint: dict[int, dict] = {}
-    for lv in levels:
+    for group in level_groups(levels):
+        lv = group[0]
         e = lv.endpoint
         if e.id not in by_endpoint:
             gpu, count = endpoint_gpu(e)
@@ -537,7 +585,7 @@ def run_series(run: Run) -> list[dict]:
                                            temperature=run.temperature, api=run.api, load_mode=run.load_mode,
                                            gpu=gpu, gpu_count=count),
                 "levels": [], "launch": launches[e.id].figures if e.id in launches else None}
-        by_endpoint[e.id]["levels"].append(level_point(lv))
+        by_endpoint[e.id]["levels"].append(level_point(lv, group))
     return list(by_endpoint.values())
 
 
@@ -704,7 +752,9 @@ def _stored(level: LevelResult, field: str) -> dict:
 
 
 # ---------------------------------------------------------------- export
-EXPORT_VERSION = 3  # 3: the quality step; 2: endpoints keyed by name, levels by public id (1: database ids)
+# 4: trials (a level's "trial") and SLO searches; 3: the quality step; 2: endpoints keyed by name,
+# levels by public id (1: database ids)
+EXPORT_VERSION = 4
 REQUEST_FIELDS = ("index", "sent", "scheduled", "conversation", "turn", "first_content", "first_answer", "end", "prompt_tokens",
                   "output_tokens", "client_output_tokens", "finish_reason", "status_code", "error", "error_kind")
 
@@ -748,11 +798,13 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
         "workload": {k: getattr(run, k) for k in (
             "prompt_tokens", "output_tokens", "temperature", "api", "load_mode", "concurrency_levels",
             "request_rates", "arrivals", "max_concurrency", "requests_per_level", "duration_s",
-            "warmup_requests", "seed", "load_processes", "load_workers")} | {
+            "warmup_requests", "seed", "load_processes", "load_workers", "trials", "slo_percentile")} | {
                 "slo": run.slo, "arrival_pattern": run.arrival_settings.to_dict(),
                 "conversation": run.conversation_settings.to_dict() if run.conversation_settings else None},
+        "slo_search": {name: search.to_dict() for name, search in _searches_by_name(run, run_endpoints).items()},
         "flags": run.flags, "endpoints": endpoints, "quality": quality_export(run, hide_addresses=hide_addresses),
-        "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "load": lv.load_label,
+        "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "trial": lv.trial,
+                    "load": lv.load_label,
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),
                     "wall_s": lv.wall_s, "flags": lv.flags,
                     **{field: _stored(lv, field) for field in STORED_SHAPES},
@@ -775,16 +827,37 @@ REQUEST_CSV_COLUMNS = (
     ("status_code", "HTTP status"), ("error", "error"), ("error_kind", "error kind"))
 
 
+def _searches_by_name(run: Run, endpoints) -> dict:
+    names = {str(e.id): e.name for e in endpoints}
+    return {names[k]: v for k, v in run.searches().items() if k in names}
+
+
 def run_headlines(run: Run) -> list[dict]:
-    """Per level, the results table's figures (named as catalogue.Figure.name), each with its
-    unit and which direction is better: what a script compares with a baseline."""
+    """Per level (and trial), the results table's figures (named as catalogue.Figure.name), each
+    with its unit and which direction is better: what a script compares with a baseline."""
     figures = [f for c in RESULTS_TABLE for f in c.figures]
-    return [{"level": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index,
+    return [{"level": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "trial": lv.trial,
              "load": lv.load_label, "concurrency": lv.concurrency, "rate": lv.rate,
              "completed": lv.completed, "failed": lv.failed, "flags": lv.flags,
              "figures": {f.name: {"value": lv.stats.figure(f), "unit": f.metric.unit, "better": f.metric.better}
                          for f in figures}}
             for lv in run_levels(run)]
+
+
+def run_estimates(run: Run) -> list[dict]:
+    """Per endpoint and level, each results-table figure across the run's trials: n, mean and
+    the 95 % interval (None bounds with one trial), as the run page shows them."""
+    figures = [f for c in RESULTS_TABLE for f in c.figures]
+    out = []
+    for group in level_groups(run_levels(run)):
+        lv = group[0]
+        values = {}
+        for f in figures:
+            e = estimate(t.stats.figure(f) for t in group)
+            values[f.name] = None if e is None else {"n": e.n, "mean": e.mean, "low": e.low, "high": e.high}
+        out.append({"endpoint": lv.endpoint.name, "level_index": lv.level_index, "load": lv.load_label,
+                    "trials": [t.public_id for t in group], "figures": values})
+    return out
 
 
 def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:

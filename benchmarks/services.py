@@ -6,6 +6,7 @@ import hashlib
 import logging
 import secrets
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import Callable
@@ -34,6 +35,7 @@ from benchmarks import loadgen
 from benchmarks.engine import shards
 from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
 from benchmarks.engine.server_metrics import ServerSummary, server_identity
+from benchmarks.engine.slo_search import SloSearch, max_probes
 from benchmarks.engine.validity import level_flags, merge
 from benchmarks.importers import parse_report, v100_writeup_reports
 from benchmarks.lab import services as lab_services
@@ -56,7 +58,8 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
                quality_chunks: int = quality_engine.DEFAULT_CHUNKS, recipes: list = (),
                sweep: dict | None = None, dataset: Dataset | None = None,
                arrival_pattern: ArrivalPattern | None = None, conversation: Conversation | None = None,
-               load_processes: int = 0, load_workers: int = 0, schedule=None) -> Run:
+               load_processes: int = 0, load_workers: int = 0, schedule=None, trials: int = 1,
+               slo_percentile: int = 99, search_max_concurrency: int | None = None) -> Run:
     """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
     queued or running: counted and inserted in one transaction that holds the owner's row.
     With `quality`, the quality step follows the levels: on `quality_text`, or on
@@ -65,11 +68,16 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
     flag -> values; all allowed values for a recipe not in it), and measured as an endpoint is.
     `arrival_pattern`: how rate levels send (a trace replay has one level per speed-up);
     `conversation`: the sessions of conversation mode; `schedule`: the schedule whose firing queues
-    it (schedules.schedule_fire)."""
+    it (schedules.schedule_fire). Every level is measured `trials` times. Load mode "slo" searches
+    concurrencies from 1 to `search_max_concurrency` for the highest within the SLOs at
+    `slo_percentile`."""
     levels = request_rates if load_mode == "rate" else concurrency_levels
     pattern = arrival_pattern or ArrivalPattern(arrivals)
     if load_mode == "rate" and pattern.kind == "trace":
         levels, request_rates = pattern.speedups, []
+    if load_mode == "slo":
+        max_concurrency = search_max_concurrency or 1
+        levels = range(max_probes(1, max_concurrency))
     recipes = list(recipes)
     sweep = {str(k): v for k, v in (sweep or {}).items()}
     with transaction.atomic():
@@ -82,6 +90,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             owner=owner, title=title, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
             temperature=temperature, load_mode=load_mode,
             concurrency_levels=sorted(set(concurrency_levels)) if load_mode in ("concurrency", "conversation") else [],
+            trials=trials, slo_percentile=slo_percentile,
             request_rates=sorted(set(request_rates)) if load_mode == "rate" else [],
             arrivals=pattern.kind,
             arrival_pattern=pattern.to_dict() if load_mode == "rate" and pattern.kind not in ("poisson", "constant") else {},
@@ -94,7 +103,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             quality=quality, quality_text=quality_text, quality_reference=quality_reference,
             quality_ctx=quality_ctx, quality_chunks=quality_chunks,
             progress_total=len(endpoints) * _measured_per_endpoint(
-                len(set(levels)), requests_per_level, quality, quality_ctx, quality_chunks),
+                len(set(levels)) * trials, requests_per_level, quality, quality_ctx, quality_chunks),
             queue_name=queue_for(endpoints, recipes), sweep=sweep, schedule=schedule,
         )
         run.endpoints.set(endpoints)
@@ -102,7 +111,8 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
         launches = lab_services.launches_create(run=run, recipes=recipes, sweep=sweep)
         if launches:
             Run.objects.filter(id=run.id).update(progress_total=models.F("progress_total") + len(launches) * (
-                _measured_per_endpoint(len(set(levels)), requests_per_level, quality, quality_ctx, quality_chunks)))
+                _measured_per_endpoint(len(set(levels)) * trials, requests_per_level, quality, quality_ctx,
+                                       quality_chunks)))
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run
 
@@ -206,7 +216,8 @@ def run_execute(*, run_id: int, worker: str = "") -> None:
                 raise Cancelled()
             lab_services.launch_execute(
                 run=run, launch=launch, should_stop=monitor.should_stop, note=lambda text: _note(run, text),
-                measure=lambda e: _measure_started(run, e, loop, monitor, reference))
+                rounds=_rounds(run, launch),
+                measure=lambda e, trials, last: _measure_started(run, e, loop, monitor, reference, trials, last))
     except Cancelled:
         if monitor.stop_reason == "time limit":
             _finish(run, Run.FAILED, error=f"time limit of {settings.RUN_TIME_LIMIT_S:g} s reached; "
@@ -224,15 +235,23 @@ def run_execute(*, run_id: int, worker: str = "") -> None:
 
 
 def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop,
-                      monitor: "RunMonitor", addresses=None) -> None:
+                      monitor: "RunMonitor", addresses=None, trials: list[int] | None = None) -> None:
+    """The run's levels on one endpoint, trial after trial (`trials`: which, default all), or its
+    SLO search; what is already stored (a resumed run) is not measured again."""
     workload = run.workload()
-    done_levels = set(run.levels.filter(endpoint=endpoint).values_list("level_index", flat=True))
+    trials = list(range(run.trials)) if trials is None else trials
+    done = set(run.levels.filter(endpoint=endpoint).values_list("level_index", "trial"))
     loads = run.loads()
-    if all(i in done_levels for i in range(len(loads))):
+    searching = run.load_mode == "slo"
+    todo = [(index, trial) for trial in trials for index in range(len(loads)) if (index, trial) not in done]
+    if not searching and not todo:
+        return
+    if searching and run.searches().get(str(endpoint.id), SloSearch(run.slo_target)).done:
         return
     timeouts = Timeouts(connect=settings.REQUEST_CONNECT_TIMEOUT_S, first_byte=settings.REQUEST_READ_TIMEOUT_S,
                         total=settings.REQUEST_TOTAL_TIMEOUT_S)
-    session = Session(endpoint.target(), workload, timeouts, loads=loads, addresses=addresses or endpoint_addresses())
+    session = Session(endpoint.target(), workload, timeouts, loads=loads or [run.search_load(run.max_concurrency)],
+                      addresses=addresses or endpoint_addresses())
     try:
         _note(run, f"{endpoint.name}: preflight")
         # Every step stops within a poll of a cancel (or the time limit), not only the levels.
@@ -260,14 +279,14 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
                 run.preflight[str(endpoint.id)].append(problem.to_dict())
             Run.objects.filter(id=run.id).update(preflight=run.preflight)
         gpu_indices, gpu_note = _gpus_to_sample(endpoint)
-        for index, load in enumerate(loads):
-            if index in done_levels:
-                continue
+
+        def measure(load: Load, index: int, trial: int) -> LevelResult:
             if monitor.should_stop():
                 raise Cancelled()
             gpu = server = None
             if preflight.ok:
-                _note(run, f"{endpoint.name}: {load.label}")
+                _note(run, f"{endpoint.name}: {load.label}" + (f", trial {trial + 1} of {run.trials}"
+                                                               if run.trials > 1 else ""))
                 processes, why = _load_processes(run, session, load)
                 outcome, gpu, server = step(measure_observed(
                     session, load, monitor.progress, monitor.should_stop, gpu_indices, gpu_note,
@@ -277,8 +296,16 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
                 outcome = session.failed_level(load.concurrency, load.requests or 0,
                                                f"preflight failed: {preflight.cause}", "preflight")
                 outcome.rate = load.rate
-            level_store(run=run, endpoint=endpoint, outcome=outcome, level_index=index, gpu=gpu, server=server)
+            level = level_store(run=run, endpoint=endpoint, outcome=outcome, level_index=index, gpu=gpu,
+                                server=server, trial=trial)
             monitor.level_stored(run.progress_done)
+            return level
+
+        if searching:
+            _search_endpoint(run, endpoint, measure, monitor)
+        else:
+            for index, trial in todo:
+                measure(loads[index], index, trial)
     finally:
         loop.run_until_complete(session.close())
 
@@ -289,6 +316,51 @@ def _load_processes(run: Run, session: Session, load) -> tuple[int, str]:
     if run.load_processes:
         return run.load_processes, f"{run.load_processes} set for the run"
     return shards.processes_for(load, session.stream_tok_s, run.output_tokens)
+
+
+def _search_endpoint(run: Run, endpoint: Endpoint, measure: Callable[[Load, int, int], LevelResult],
+                     monitor: "RunMonitor") -> SloSearch:
+    """The SLO search on one endpoint (engine.slo_search): each probe is a level, its number the
+    level index, measured once per trial; the probes a resumed run already stored are replayed,
+    not measured again. Stored after every probe, and with why it stopped when it is stopped."""
+    search = run.new_search()
+    stored: dict[int, dict[int, LevelResult]] = {}
+    for level in run.levels.filter(endpoint=endpoint).defer("gpu_series", "server_series"):
+        stored.setdefault(level.level_index, {})[level.trial] = level
+    index = 0
+    try:
+        while (concurrency := search.next_probe()) is not None:
+            trials = stored.setdefault(index, {})
+            for trial in range(run.trials):
+                if trial not in trials or trials[trial].concurrency != concurrency:
+                    trials[trial] = measure(run.search_load(concurrency), index, trial)
+            search.record(concurrency, [trials[t].stats for t in sorted(trials)])
+            _search_store(run, endpoint, search)
+            index += 1
+    except Cancelled:
+        search.stopped = monitor.stop_reason or "stopped"
+        _search_store(run, endpoint, search)
+        raise
+    # The progress bar counted the most probes a search can need: take away those it did not.
+    unused = (max_probes(search.low, search.high) - len(search.probes)) * run.trials * run.requests_per_level
+    Run.objects.filter(id=run.id).update(progress_total=models.F("progress_total") - unused)
+    run.refresh_from_db(fields=["progress_total"])
+    return search
+
+
+def _search_store(run: Run, endpoint: Endpoint, search: SloSearch) -> None:
+    run.slo_search[str(endpoint.id)] = search.to_dict()
+    Run.objects.filter(id=run.id).update(slo_search=run.slo_search)
+
+
+def _rounds(run: Run, launch: ServerLaunch) -> list[list[int] | None]:
+    """How a server started from a recipe is measured: one start per trial still to measure
+    (fresh server state each time), or one start for everything (a single trial, or an SLO
+    search, whose probes follow one another on one server). None: every missing trial."""
+    if run.trials == 1 or run.load_mode == "slo":
+        return [None]
+    stored = Counter(run.levels.filter(endpoint_id=launch.endpoint_id).values_list("trial", flat=True))
+    return [[t] for t in range(run.trials) if stored[t] < len(run.loads())] or [None]
 
 
 # What a quality step may meet from a server besides the engine's own refusals (QualityError):
@@ -364,12 +436,13 @@ def _quality_one(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop, 
 
 
 def _measure_started(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop, monitor: "RunMonitor",
-                     reference: QualityReference | None) -> None:
-    """A server started from a recipe, while it runs: the run's levels, then (with the quality
-    step) its quality against the run's reference, unless a resumed run stored it already."""
+                     reference: QualityReference | None, trials: list[int] | None = None, last: bool = True) -> None:
+    """A server started from a recipe, while it runs: the run's levels (of `trials`, default
+    all), then, after its `last` start and with the quality step, its quality against the run's
+    reference, unless a resumed run stored it already."""
     addresses = lab_services.lab_addresses()
-    _measure_endpoint(run, endpoint, loop, monitor, addresses=addresses)
-    if reference is not None and not run.quality_results.filter(endpoint=endpoint).exists():
+    _measure_endpoint(run, endpoint, loop, monitor, addresses=addresses, trials=trials)
+    if last and reference is not None and not run.quality_results.filter(endpoint=endpoint).exists():
         _quality_one(run, endpoint, loop, monitor, run.evaluation_text(), reference, addresses=addresses)
         monitor.follow(None)
 
@@ -521,7 +594,7 @@ def runs_requeue(*, startup: bool = False) -> int:
 
 
 def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_index: int = 0,
-                gpu: GpuTelemetry | None = None, server: ServerTelemetry | None = None) -> LevelResult:
+                gpu: GpuTelemetry | None = None, server: ServerTelemetry | None = None, trial: int = 0) -> LevelResult:
     """Store one measured level with all its requests, in one transaction. Each stored shape is
     written by its own writer (to_dict)."""
     summary = summarize_level(outcome.results, outcome.wall_s, run.slo)
@@ -532,7 +605,7 @@ def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_in
                         capped=bool(outcome.rate is not None and outcome.concurrency))
     with transaction.atomic():
         level = LevelResult.objects.create(
-            run=run, endpoint=endpoint, level_index=level_index, concurrency=outcome.concurrency,
+            run=run, endpoint=endpoint, level_index=level_index, trial=trial, concurrency=outcome.concurrency,
             rate=outcome.rate, started_at=datetime.fromtimestamp(outcome.started_at, tz=dt_timezone.utc),
             wall_s=outcome.wall_s, completed=summary.completed, failed=summary.failed,
             summary=summary.to_dict(), client=ClientFigures.read(outcome.client).to_dict(),

@@ -14,8 +14,8 @@ from benchmarks.compare import (differences, quality_csv, quality_sentences, qua
 from benchmarks.decorators import hides_addresses, permalink
 from benchmarks.engine import catalogue
 from benchmarks.engine.metrics import request_value
-from benchmarks.forms import (MAX_COMPARED_RUNS, ApiTokenForm, ComparisonForm, ImportForm, RepeatForm, RunFilterForm,
-                              RunForm, ScheduleForm)
+from benchmarks.forms import (MAX_COMPARED_RUNS, PRESETS, ApiTokenForm, ComparisonForm, ImportForm, RepeatForm,
+                              RunFilterForm, RunForm, ScheduleForm)
 from benchmarks.importers import ReportFormatError
 from benchmarks.lab import selectors as lab_selectors
 from benchmarks.models import ApiToken, Run
@@ -73,13 +73,22 @@ def run_new(request):
             return redirect(run)
     return render(request, "benchmarks/run_new.html",
                   {"form": form, "schedule_form": repeat, "has_endpoints": form.fields["endpoints"].queryset.exists()
-                   or form.fields["recipes"].queryset.exists()})
+                   or form.fields["recipes"].queryset.exists(), "presets": PRESETS,
+                   "preset_key": request.GET.get("preset", ""), "preset": PRESETS.get(request.GET.get("preset", ""))})
+
+
+PREFILLED = ("title", "prompt_tokens", "output_tokens", "concurrency_levels", "request_rates", "load_mode",
+             "requests_per_level", "quality", "trials", "api", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms",
+             "slo_percentile", "search_max_concurrency", "length_distribution", "length_spread", "prefix_tokens",
+             "prefix_share")
 
 
 def _prefill(params) -> dict:
-    initial = {k: params[k] for k in ("title", "prompt_tokens", "output_tokens", "concurrency_levels",
-                                      "request_rates", "load_mode", "requests_per_level", "quality")
-               if params.get(k)}
+    """The form's initial values from a link: a preset's (`preset`, forms.PRESETS), then any field
+    the link names itself. Only initial values: the form judges what is submitted."""
+    preset = PRESETS.get(params.get("preset") or "")
+    initial = dict(preset["fields"]) if preset else {}
+    initial.update({k: params[k] for k in PREFILLED if params.get(k)})
     # Endpoints by name: these links are shown on public pages, which carry no database ids.
     endpoints = selectors.endpoint_ids_by_name(params.getlist("endpoints"))
     if endpoints:
@@ -99,6 +108,7 @@ def run_detail(request, public_id: str):
         "run": run,
         "levels": levels,
         "results": selectors.results_table(run, levels),
+        "slo_answers": selectors.slo_answers(run),
         "failures": selectors.run_failures(run, hide_addresses=hide),
         "failure_count": selectors.run_failure_count(run),
         "length_histograms": selectors.run_length_histograms(run),

@@ -79,7 +79,7 @@ def launched(name, *, backend, quantization, executable, model_path, args, model
                               output_tokens=8, temperature=0.7, concurrency_levels=[1], requests_per_level=1,
                               warmup_requests=0)
     launch = run.launches.get()
-    lab_services.launch_execute(run=run, launch=launch, measure=lambda endpoint: None, should_stop=lambda: False)
+    lab_services.launch_execute(run=run, launch=launch, measure=lambda endpoint, trials, last: None, should_stop=lambda: False)
     status = Run.SUCCEEDED if launch.endpoint_id else Run.PARTIAL
     Run.objects.filter(id=run.id).update(status=status)
     return ServerLaunch.objects.get(id=launch.id)  # as stored (its figures are read once per instance)

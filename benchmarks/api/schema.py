@@ -28,6 +28,7 @@ def run_status(run: Run, request) -> dict:
         "error": selectors.run_error(run, hide_addresses=hide), "flags": run.flags,
         "archived": run.archived.isoformat() if run.archived else None,
         "regression": regression(run, request),
+        "load_mode": run.load_mode, "trials": run.trials,
         "permalink": request.build_absolute_uri(run.get_absolute_url()),
         "links": {"self": base, "results": base + "results/", "requests": base + "requests/",
                   "cancel": base + "cancel/"},
@@ -119,6 +120,8 @@ class RunStatus(serializers.Serializer):
     flags = serializers.ListField(child=serializers.DictField())
     archived = serializers.DateTimeField(allow_null=True, help_text="When it was archived (hidden from lists)")
     regression = Regression(allow_null=True)
+    load_mode = serializers.ChoiceField(choices=Run.LOAD_MODES)
+    trials = serializers.IntegerField()
     permalink = serializers.URLField()
     links = serializers.DictField(child=serializers.URLField())
 

@@ -147,7 +147,8 @@ def run_archive(request, public_id: str):
 def run_results(request, public_id: str):
     run = selectors.run_by_public_id(public_id)
     export = selectors.run_export(run, hide_addresses=hides_addresses(request), with_requests=False)
-    return Response({**export, "headlines": selectors.run_headlines(run)})
+    return Response({**export, "headlines": selectors.run_headlines(run),
+                     "across_trials": selectors.run_estimates(run)})
 
 
 @extend_schema(summary="A run's request records, level by level", responses=schema.RequestPage,

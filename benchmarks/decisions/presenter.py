@@ -132,6 +132,7 @@ def decision_display(stored: dict) -> dict:
                      workload["prompt_tokens"] + workload["output_tokens"],
                      "priority_label": priority.label if priority else workload["priority"]},
         "skipped": [f"{n} measured level{'s' if n != 1 else ''} not used: {why}." for why, n in skipped.items()],
+        "slo_capacity": stored.get("slo_capacity") or [],
     }
 
 

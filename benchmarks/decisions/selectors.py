@@ -36,6 +36,7 @@ CC_RANGE = f"from {CC_MIN[0]}.{CC_MIN[1]} to {CC_MAX[0]}.{CC_MAX[1]}"
 EVIDENCE_LIMIT = 2000  # newest measured levels read per decision
 QUALITY_LIMIT = 500  # newest quality measurements read per decision
 LAUNCH_LIMIT = 500  # newest lab launches read per decision
+SEARCH_LIMIT = 200  # newest SLO-search runs read per decision
 LOG_EXCERPT_LINES = 8  # of a launch that did not start, the last lines of its log shown with the decision
 _CC_RE = re.compile(r"(\d{1,2})(?:\.(\d))?")
 
@@ -170,6 +171,31 @@ def _endpoint_spread(endpoint: Endpoint) -> dict:
     count = max(given, endpoint.tensor_parallel_size or 1, 1)
     split = "one GPU" if count == 1 else "tensor parallel" if (endpoint.tensor_parallel_size or 1) > 1 else ""
     return {"gpu_count": count, "split": split}
+
+
+def slo_capacity_from_db(*, limit: int = SEARCH_LIMIT) -> list[dict]:
+    """Every finished SLO search measured here (run load mode "slo"), per endpoint: the most
+    concurrent users it served within its targets, the targets, and what it ran on (GPU, the
+    candidate its backend and variant are, the lengths)."""
+    runs = list(Run.objects.filter(status__in=Run.FINISHED, load_mode="slo").exclude(slo_search={})
+                .order_by("-created")[:limit])
+    ids = {int(k) for run in runs for k in run.slo_search if str(k).isdigit()}
+    endpoints = {e.id: e for e in Endpoint.objects.filter(id__in=ids).select_related("variant", "host")
+                 .prefetch_related("gpus", "host__gpus")}
+    rows = []
+    for run in runs:
+        for key, search in run.searches().items():
+            e = endpoints.get(int(key)) if key.isdigit() else None
+            if e is None or search.status in ("unfinished",):
+                continue
+            gpu = endpoint_gpu(e)
+            candidate = CANDIDATE_FOR.get((e.backend, e.variant.quantization)) if e.variant else None
+            rows.append({"endpoint": e.name, "run": str(run), "url": run.get_absolute_url(), "users": search.best,
+                         "status": search.status, "target": search.target.to_dict(), "words": search.words,
+                         "gpu_name": gpu.name if gpu else None, "candidate": candidate.key if candidate else None,
+                         "prompt_tokens": run.prompt_tokens, "output_tokens": run.output_tokens,
+                         "trials": run.trials})
+    return rows
 
 
 def served_version(identity) -> str:

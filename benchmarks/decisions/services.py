@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from benchmarks.advisor import advise
 from benchmarks.decisions.forms import Specs
-from benchmarks.decisions.selectors import evidence_from_db, launch_evidence_from_db, quality_evidence_from_db
+from benchmarks.decisions.selectors import (evidence_from_db, launch_evidence_from_db, quality_evidence_from_db,
+                                            slo_capacity_from_db)
+from benchmarks.engine.slo_search import SloTarget
 from benchmarks.models import Decision
 
 
@@ -18,7 +20,43 @@ def decision_compute(*, specs: Specs) -> dict:
     result["host"] = specs.host
     result["model_source"] = specs.model_source
     result["evidence_skipped"] = evidence.skipped
+    result["slo_capacity"] = slo_capacity(specs, slo_capacity_from_db())
     return result
+
+
+def wanted_targets(workload) -> list[tuple[str, int, float]]:
+    """The decision's targets as an SLO search states them (metric, percentile, ms): TTFT at p90,
+    TPOT at p50, and a per-user decode speed as the TPOT it allows (1000 / tok/s)."""
+    wanted = []
+    if workload.ttft_p90_ms:
+        wanted.append(("ttft_ms", 90, workload.ttft_p90_ms))
+    tpots = [t for t in (workload.tpot_ms, 1000.0 / workload.min_user_tok_s if workload.min_user_tok_s else None) if t]
+    if tpots:
+        wanted.append(("tpot_ms", 50, min(tpots)))
+    return wanted
+
+
+def slo_capacity(specs: Specs, searches: list[dict]) -> list[dict]:
+    """Measured evidence of load within the targets: the SLO searches on this GPU whose targets are
+    at least as strict as the decision's (all of them when it states none), each said as "serves N
+    users within your targets", and whether N reaches the users asked for."""
+    wanted = wanted_targets(specs.workload)
+    users = specs.workload.users
+    out = []
+    for row in searches:
+        if row["gpu_name"] != specs.gpu.name or not SloTarget.from_dict(row["target"]).within(wanted):
+            continue
+        target = SloTarget.from_dict(row["target"]).words
+        within = "your targets" if wanted else "its own targets"
+        served = row["users"] or 0
+        if row["status"] == "none":
+            words = f"{row['endpoint']} misses {within} ({target}) even at 1 concurrent user"
+        else:
+            words = (f"{row['endpoint']} serves {'at least ' if row['status'] == 'at_least' else ''}{served} "
+                     f"concurrent user{'s' if served != 1 else ''} within {within} ({target})")
+        enough = "enough for" if served >= users else "fewer than"
+        out.append({**row, "text": f"{words}: {enough} the {users} you asked for.", "enough": served >= users})
+    return sorted(out, key=lambda r: -(r["users"] or 0))
 
 
 def decision_create(*, owner, inputs: dict, specs: Specs) -> Decision:

@@ -327,6 +327,34 @@ GPU_SIDE_BY_SIDE = (GpuLevelFigure(SERIES["memory_used_mib"], "peak", "peak_memo
                     GpuLevelFigure(SERIES["utilization_memory"], "mean", "mean_utilization_memory"))
 
 
+@dataclass(frozen=True)
+class Note:
+    """How a kind of figure is made, beside the metrics' definitions (not a metric of its own)."""
+
+    key: str
+    label: str
+    definition: str
+    unit: str = ""
+    better: str = ""
+
+
+ACROSS_TRIALS = Note(
+    "across_trials", "Mean and 95 % interval across trials",
+    "A run with n trials (n ≥ 2) measures every level n times; each figure shown is the mean of its n "
+    "trials' values (a percentile is each trial's percentile over that trial's requests, then averaged), "
+    "and ± is the half-width of its Student-t 95 % confidence interval: t(0.975, n − 1) × s / √n, s the "
+    "standard deviation of the n values. With one trial no interval is shown. A comparison calls one "
+    "series faster than another only when Welch's t-test (unequal variances, Welch–Satterthwaite degrees "
+    "of freedom, two-sided, 5 %) finds the difference significant; with one trial on either side it says "
+    "so and claims nothing.")
+SLO_SEARCH = Note(
+    "slo_search", "Load within the SLOs",
+    "The highest number of concurrent users (closed loop) at which every trial's level kept each SLO at "
+    "its percentile (p50, p90 or p99 over its requests) with no failed request; found by bisection over "
+    "whole concurrency levels from 1 to the highest asked, at most 2 + ⌈log2(highest − 1)⌉ levels, each "
+    "of the run's requests per level. It assumes latency grows with load.")
+
+
 def definitions() -> list[Metric | Series]:
     """Every entry, in catalogue order: the run page's "How each number is defined"."""
     return [*METRICS.values(), *SERIES.values()]

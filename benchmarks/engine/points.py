@@ -9,7 +9,9 @@ measured level's summaries, an imported report's level).
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from .catalogue import METRICS, POINT_FIGURES, Figure
 from .gpu import GpuSummary
@@ -30,6 +32,9 @@ class Point:
     failed: int | None = None
     flags: tuple[str, ...] = ()
     figures: dict = field(default_factory=dict)  # Figure.name -> value (None: not measured or stated)
+    # A level measured in several trials: Figure.name -> each trial's value (its figure is their
+    # mean); {} for one trial or a stated level.
+    samples: dict = field(default_factory=dict)
 
     def __post_init__(self):
         unknown = set(self.figures) - set(NAMES)
@@ -40,15 +45,28 @@ class Point:
         return self.figures.get(f if isinstance(f, str) else f.name)
 
     @classmethod
-    def measured(cls, summary: LevelSummary, *, label: str, concurrency: int | None, rate: float | None,
-                 id: str | None = None, flags=(), gpu: GpuSummary | None = None,
+    def measured(cls, summary: LevelSummary | Sequence[LevelSummary], *, label: str, concurrency: int | None,
+                 rate: float | None, id: str | None = None, flags=(), gpu: GpuSummary | None = None,
                  gpu_indices=None) -> "Point":
-        """A level measured here: its figures from its stored summary, peak memory from its GPU
+        """A level measured here: its figures from its stored summary (or its trials' summaries:
+        each figure their mean, each trial's value in `samples`), peak memory from its GPU
         telemetry (the endpoint's own GPUs, `gpu_indices`, when known)."""
-        figures = {f.name: summary.figure(f) for f in POINT_FIGURES if f.metric.source == "requests"}
+        summaries = [summary] if isinstance(summary, LevelSummary) else list(summary)
+        per_trial = {f.name: [v for s in summaries if (v := s.figure(f)) is not None]
+                     for f in POINT_FIGURES if f.metric.source == "requests"}
+        figures = {name: (statistics.fmean(values) if values else None) for name, values in per_trial.items()}
+        if len(summaries) == 1:
+            figures = {f.name: summaries[0].figure(f) for f in POINT_FIGURES if f.metric.source == "requests"}
         figures["peak_memory_gib"] = gpu.peak_memory_gib(gpu_indices) if gpu is not None else None
-        return cls(label=label, concurrency=concurrency, rate=rate, id=id, completed=summary.completed,
-                   failed=summary.failed, flags=tuple(flags), figures=figures)
+        samples = {name: tuple(values) for name, values in per_trial.items()} if len(summaries) > 1 else {}
+        return cls(label=label, concurrency=concurrency, rate=rate, id=id,
+                   completed=sum(s.completed for s in summaries), failed=sum(s.failed for s in summaries),
+                   flags=tuple(flags), figures=figures, samples=samples)
+
+    @property
+    def trials(self) -> int:
+        """How many trials its figures are the mean of (1: one, or a stated level)."""
+        return max((len(v) for v in self.samples.values()), default=1)
 
     @classmethod
     def stated(cls, values: dict, *, label: str, concurrency: float | None, rate: float | None,

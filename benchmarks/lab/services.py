@@ -119,23 +119,38 @@ def lab_addresses() -> AddressPolicy:
     return AddressPolicy.from_setting(allowed)
 
 
-def launch_execute(*, run: Run, launch: ServerLaunch, measure: Callable[[Endpoint], None],
-                   should_stop: Callable[[], bool], note: Callable[[str], None] = lambda text: None) -> None:
-    """Start one recipe at one setting on this host, measure it (`measure`: the run's levels
-    and quality step against its endpoint), stop it and check its memory was given back. A
-    launch already finished is skipped; one left `running` by a killed worker starts again and
-    measures what is missing."""
+def launch_execute(*, run: Run, launch: ServerLaunch, measure: Callable[[Endpoint, list[int] | None, bool], None],
+                   should_stop: Callable[[], bool], note: Callable[[str], None] = lambda text: None,
+                   rounds: list[list[int] | None] = (None,)) -> None:
+    """Start one recipe at one setting on this host, measure it (`measure`: the run's levels of
+    the round's trials, None for all, and after the last round its quality step, against its
+    endpoint), stop it and check its memory was given back; once per round, so that each
+    trial of a repeated run meets a freshly started server. A launch already finished is
+    skipped; one left `running` by a killed worker starts again and measures what is missing.
+    The launch keeps the report of its latest start."""
     if launch.status in FINISHED:
         return
     recipe = launch.recipe
-    earlier = launch.figures
     if settings.WORKER_HOST != recipe.host.name:
         where = f"this worker runs on {settings.WORKER_HOST}" if settings.WORKER_HOST else "this worker has no WORKER_HOST"
         report = LaunchReport(status="refused", refusal=f"{where}; the recipe is started by the worker of "
                                                         f"{recipe.host.name}")
         _save(launch, report, finished_at=timezone.now())
         return
-    note(f"{launch}: starting the server")
+    rounds = list(rounds) or [None]
+    for number, trials in enumerate(rounds, start=1):
+        if number > 1 and should_stop():
+            raise Cancelled()
+        if not _start_and_measure(run, launch, trials, number == len(rounds), measure, should_stop, note,
+                                  f" (trial {trials[0] + 1} of {run.trials})" if trials else ""):
+            return
+
+
+def _start_and_measure(run, launch, trials, last, measure, should_stop, note, which: str) -> bool:
+    """One start of the launch's server, its measuring and its stop; False when it did not start."""
+    recipe = launch.recipe
+    earlier = launch.figures
+    note(f"{launch}: starting the server{which}")
     ServerLaunch.objects.filter(id=launch.id).update(status=ServerLaunch.RUNNING, started_at=timezone.now())
     gpu_indices = recipe.gpu_indices(launch.setting)
     server, report = launcher.start(
@@ -148,7 +163,7 @@ def launch_execute(*, run: Run, launch: ServerLaunch, measure: Callable[[Endpoin
         log.info("%s: %s %s", launch, report.status, report.refusal or report.failure)
         if should_stop():
             raise Cancelled()
-        return
+        return False
     peak = None
     try:
         endpoint = lab_endpoint(launch=launch, base_url=server.base_url, command=report.command)
@@ -156,11 +171,15 @@ def launch_execute(*, run: Run, launch: ServerLaunch, measure: Callable[[Endpoin
         _save(launch, report, endpoint=endpoint)
         watch = launcher.MemoryWatch(server.pgid, gpu_indices, baseline=report.memory_before).start()
         try:
-            measure(endpoint)
+            measure(endpoint, trials, last)
         finally:
             peak = watch.stop()
     finally:
-        note(f"{launch}: stopping the server")
+        note(f"{launch}: stopping the server{which}")
         launcher.finish(server, report, gpu_indices=gpu_indices, stop_grace_s=settings.LAB_STOP_GRACE_S, peak=peak,
                         freed_timeout_s=settings.LAB_FREED_TIMEOUT_S)
         _save(launch, report, finished_at=timezone.now())
+        if not last:  # more trials to start it for: a worker killed meanwhile starts it again
+            ServerLaunch.objects.filter(id=launch.id).update(status=ServerLaunch.RUNNING)
+            launch.status = ServerLaunch.RUNNING
+    return True

@@ -1,0 +1,181 @@
+"""Finding the load that meets an SLO, Django-free: the highest concurrency at which TTFT, TPOT
+and E2E stay within their targets at one percentile, by bisection over whole concurrency levels
+between a lowest and a highest.
+
+A probe (one concurrency level, measured once per trial) meets the targets when, in every trial,
+no request failed and each targeted metric's percentile over the level's requests is at most its
+target. The search probes the lowest level first (if it misses, nothing does), then the highest
+(if it meets, the answer is "at least the highest"), then halves the interval between the highest
+level that met and the lowest that missed until they are adjacent: at most 2 + ceil(log2(high -
+low)) probes, which bounds its requests (`max_probes` × requests per level × trials) and so its
+time. The answer assumes latency grows with load (a level that meets is taken to mean every
+lower one does), which is what queueing does.
+
+`SloSearch` is the shape stored per endpoint in Run.slo_search: `to_dict` its one writer,
+`from_dict` its one reader. A search is replayed from the probes already stored (a resumed run
+measures only what is missing), since the next probe follows from the earlier ones alone.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .catalogue import METRICS, PERCENTILES
+from .metrics import LevelSummary
+
+SEARCH_VERSION = 1
+TARGET_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+@dataclass(frozen=True)
+class SloTarget:
+    """Targets in ms at one percentile (50, 90 or 99); None: not targeted."""
+
+    percentile: int = 99
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    def __post_init__(self):
+        if self.percentile not in PERCENTILES:
+            raise ValueError(f"the percentile is one of {', '.join(map(str, PERCENTILES))}")
+
+    @property
+    def limits(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in TARGET_KEYS if getattr(self, k) is not None}
+
+    @property
+    def words(self) -> str:
+        """ "TTFT p99 ≤ 2000 ms, TPOT p99 ≤ 50 ms"."""
+        return ", ".join(f"{METRICS[k].label} p{self.percentile} ≤ {v:g} ms" for k, v in self.limits.items())
+
+    def misses(self, summary: LevelSummary) -> list[str]:
+        """What one measured level misses, in words ([] when it meets every target)."""
+        out = []
+        if summary.failed or not summary.completed:
+            out.append(f"{summary.failed} of {summary.requests} requests failed")
+        for key, limit in self.limits.items():
+            value = summary.stat(key, f"p{self.percentile}")
+            if value is None:
+                out.append(f"{METRICS[key].label} p{self.percentile} not measured")
+            elif value > limit:
+                out.append(f"{METRICS[key].label} p{self.percentile} {value:.1f} ms > {limit:g} ms")
+        return out
+
+    def within(self, wanted: list[tuple[str, int, float]]) -> bool:
+        """Whether meeting these targets means meeting each `wanted` (metric key, percentile,
+        limit in ms): each wanted metric targeted here at that percentile or a higher one, no
+        looser. A level whose p99 TTFT is at most 2 s has its p90 at most 2 s too."""
+        return all(self.percentile >= q and key in self.limits and self.limits[key] <= limit
+                   for key, q, limit in wanted)
+
+    def to_dict(self) -> dict:
+        return {"percentile": self.percentile, **self.limits}
+
+    @classmethod
+    def from_dict(cls, data) -> "SloTarget":
+        data = data if isinstance(data, dict) else {}
+        percentile = data.get("percentile") if data.get("percentile") in PERCENTILES else 99
+        return cls(percentile, **{k: float(data[k]) for k in TARGET_KEYS
+                                  if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)})
+
+
+def max_probes(low: int, high: int) -> int:
+    """The most levels a search between `low` and `high` measures."""
+    return 1 if high <= low else 2 + math.ceil(math.log2(high - low))
+
+
+@dataclass(frozen=True)
+class Probe:
+    concurrency: int
+    met: bool
+    misses: tuple[str, ...] = ()  # across trials, each miss once
+
+
+@dataclass
+class SloSearch:
+    """One endpoint's search: its bounds, targets and probes so far; `next_probe` the level to
+    measure next (None when the answer is known), `best` the answer."""
+
+    target: SloTarget
+    low: int = 1
+    high: int = 1
+    probes: list[Probe] = field(default_factory=list)
+    stopped: str = ""  # why it ended before its answer (cancelled, time limit), "" otherwise
+
+    def record(self, concurrency: int, summaries: list[LevelSummary]) -> Probe:
+        """A probe measured (one summary per trial): it meets the targets only if every trial did."""
+        misses: list[str] = []
+        for s in summaries:
+            misses += [m for m in self.target.misses(s) if m not in misses]
+        probe = Probe(concurrency, met=bool(summaries) and not misses, misses=tuple(misses))
+        self.probes.append(probe)
+        return probe
+
+    def _bracket(self) -> tuple[int | None, int | None]:
+        """(the highest level that met, the lowest that missed) of the probes so far."""
+        met = [p.concurrency for p in self.probes if p.met]
+        missed = [p.concurrency for p in self.probes if not p.met]
+        return (max(met) if met else None), (min(missed) if missed else None)
+
+    def next_probe(self) -> int | None:
+        if self.stopped:
+            return None
+        if not self.probes:
+            return self.low
+        best, worst = self._bracket()
+        if best is None:
+            return None  # the lowest level already misses
+        if worst is None:
+            return self.high if best < self.high else None
+        if worst - best <= 1:
+            return None
+        return (best + worst) // 2
+
+    @property
+    def done(self) -> bool:
+        return not self.stopped and bool(self.probes) and self.next_probe() is None
+
+    @property
+    def best(self) -> int | None:
+        """The highest concurrency measured within the targets (None: not even the lowest)."""
+        return self._bracket()[0]
+
+    @property
+    def status(self) -> str:
+        """found | none (even the lowest missed) | at_least (the highest met) | unfinished."""
+        if not self.done:
+            return "unfinished"
+        best, worst = self._bracket()
+        if best is None:
+            return "none"
+        return "at_least" if worst is None else "found"
+
+    @property
+    def words(self) -> str:
+        """The answer in a sentence (without the endpoint's name)."""
+        users = lambda n: f"{n} concurrent user" + ("" if n == 1 else "s")
+        status, best = self.status, self.best
+        if status == "found":
+            return f"serves {users(best)} within {self.target.words} ({users(best + 1)} miss)"
+        if status == "at_least":
+            return f"serves at least {users(best)} within {self.target.words} (the highest level searched)"
+        if status == "none":
+            return f"misses {self.target.words} even at {users(self.low)}"
+        shown = f"; {users(best)} met them so far" if best is not None else ""
+        return f"search unfinished ({self.stopped or 'not measured yet'}){shown}"
+
+    # The one writer and the one reader of Run.slo_search's entries.
+    def to_dict(self) -> dict:
+        return {"version": SEARCH_VERSION, "target": self.target.to_dict(), "low": self.low, "high": self.high,
+                "probes": [{"concurrency": p.concurrency, "met": p.met, "misses": list(p.misses)}
+                           for p in self.probes],
+                "stopped": self.stopped, "best": self.best, "status": self.status}
+
+    @classmethod
+    def from_dict(cls, data) -> "SloSearch":
+        data = data if isinstance(data, dict) else {}
+        probes = [Probe(int(p["concurrency"]), bool(p.get("met")), tuple(str(m) for m in p.get("misses") or ()))
+                  for p in data.get("probes") or () if isinstance(p, dict) and isinstance(p.get("concurrency"), int)]
+        return cls(target=SloTarget.from_dict(data.get("target")), low=int(data.get("low") or 1),
+                   high=int(data.get("high") or 1), probes=probes, stopped=str(data.get("stopped") or ""))
