@@ -734,7 +734,7 @@ def telemetry_levels(run: Run, field: str) -> list[dict]:
         return []
     t0 = levels[0].started_at
     read = SERIES_READERS[field]
-    return [{"label": f"{lv.endpoint.name} {lv.load_label}", "offset_s": (lv.started_at - t0).total_seconds(),
+    return [{"label": f"{lv.endpoint.name} {lv.trial_label}", "offset_s": (lv.started_at - t0).total_seconds(),
              "series": read(getattr(lv, field))} for lv in levels]
 
 
@@ -882,7 +882,7 @@ def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:
                 if values[i] is not None:
                     values[i] = round(values[sent_at] + values[i], 6)
             metrics = (request_value(key, r) for key in REQUEST_CSV)
-            writer.writerow([level.endpoint.name, level.load_label, *values,
+            writer.writerow([level.endpoint.name, level.trial_label, *values,
                              *(None if v is None else round(v, 3) for v in metrics)])
     return out.getvalue()
 

@@ -216,7 +216,7 @@ def _distribution(name: str) -> Chart:
         results = selectors.run_results_by_level(run)
         for level in selectors.run_levels_with_endpoint(run):
             values = [v for r in results.get(level.id, []) if (v := request_value(metric.key, r)) is not None]
-            groups.append({"name": f"{level.endpoint.name} · {level.load_label}", "values": values,
+            groups.append({"name": f"{level.endpoint.name} · {level.trial_label}", "values": values,
                            "stats": level.stats.value(metric.key)})
         return charts.distribution_figure(metric, groups)
     return Chart(metric.name, build)
@@ -229,7 +229,7 @@ def _timeline(run: Run, params) -> dict | None:
         return None
     requests = [{"index": r.index, "sent": r.sent, "ttft": r.ttft, "e2e": r.e2e,
                  "prompt_ms": (r.timings or {}).get("prompt_ms")} for r in selectors.level_results(level)]
-    return charts.timeline_figure(f"Requests of {level.endpoint.name} at {level.load_label}", requests)
+    return charts.timeline_figure(f"Requests of {level.endpoint.name} at {level.trial_label}", requests)
 
 
 def _gpus(run: Run) -> dict | None:

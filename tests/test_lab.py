@@ -82,10 +82,10 @@ def recipe(name, executable, model, args=LLAMA_ARGS, host=HOST, **fields):
     return r
 
 
-def lab_run(recipes, sweep=None, levels=(1,), requests=2, output_tokens=8):
+def lab_run(recipes, sweep=None, levels=(1,), requests=2, output_tokens=8, trials=1):
     return services.run_create(owner=user(), endpoints=[], recipes=recipes, sweep=sweep or {}, prompt_tokens=32,
                                output_tokens=output_tokens, temperature=0.7, concurrency_levels=list(levels),
-                               requests_per_level=requests, warmup_requests=0)
+                               requests_per_level=requests, warmup_requests=0, trials=trials)
 
 
 def finished(run, timeout):
@@ -135,6 +135,25 @@ def test_a_sweep_over_parallel_starts_measures_and_stops_three_llama_servers(lab
     best = max(LevelResult.objects.filter(run=run), key=lambda lv: lv.stats.stat("aggregate_tok_s"))
     assert f"<strong>llama-q4</strong> --parallel {best.endpoint.launch_flags['--parallel']} at" in page
     assert "resident memory (RSS)" in page and "Command lines" not in page  # anonymous: no commands
+
+
+@pytest.mark.real_server
+def test_each_trial_meets_a_freshly_started_server(lab_worker, llama_paths):
+    r = recipe("llama-trials", *llama_paths)
+    run = finished(lab_run([r], levels=(1, 2), trials=2), 240)
+    assert run.status == Run.SUCCEEDED, (run.error, [lc.report for lc in run.launches.all()])
+    launch = run.launches.get()
+    f = launch.figures
+    assert launch.status == ServerLaunch.STOPPED and len(f.earlier_starts) == 1, f
+    first = f.earlier_starts[0]
+    # Two processes, one per trial: each stopped (and its memory given back) before the next began.
+    assert first["pid"] != f.pid and gone(first["pid"]) and gone(f.pid)
+    assert first["stopped"].startswith("SIGTERM") and first["memory_freed"] is True
+    trials = sorted(LevelResult.objects.filter(run=run).values_list("trial", "level_index", "completed"))
+    assert trials == [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)]
+    page = Client().get(run.get_absolute_url()).content.decode()
+    assert "started 2 times, once per trial" in page and 'id="trials-note"' in page
+    assert run.progress_done == run.progress_total == 2 * 2 * 2
 
 
 @pytest.mark.real_server

@@ -60,7 +60,7 @@ GPU_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBL
 MAX_GPU_INDEX = 63
 LOG_TAIL_LINES = 40
 LOG_TAIL_BYTES = 16_000
-STORED_VERSION = 1
+STORED_VERSION = 2  # 2: earlier_starts (a run of several trials starts the server once per trial)
 
 
 class Refused(Exception):
@@ -755,6 +755,15 @@ class LaunchReport:
     log_tail: str = ""
     stopped: str = ""
     orphans_stopped: list = field(default_factory=list)
+    # The earlier starts of the same launch when each trial started the server afresh, oldest
+    # first: {"pid", "port", "health_s", "first_token_s", "stopped", "memory_freed"}; this
+    # report's own figures are of the latest start. [] in version 1 (one start per launch).
+    earlier_starts: list = field(default_factory=list)
+
+    def start_record(self) -> dict:
+        """This start in brief, for the next start's `earlier_starts`."""
+        return {"pid": self.pid, "port": self.port, "health_s": self.health_s, "first_token_s": self.first_token_s,
+                "stopped": self.stopped, "memory_freed": self.memory_freed}
 
     def fail(self, failure: StartFailure) -> "LaunchReport":
         self.status = "did_not_start"

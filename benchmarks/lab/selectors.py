@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from benchmarks.engine import catalogue
 from benchmarks.engine.launcher import MemoryReading
+from benchmarks.engine.stats import estimate
 from benchmarks.models import LevelResult, Run
 
 HEALTH, FIRST_TOKEN, MEMORY = catalogue.LAUNCH_FIGURES  # the table's start-up columns, as defined there
@@ -24,10 +25,11 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
     launches = list(run.launches.select_related("recipe", "endpoint"))
     if not launches:
         return None
-    levels: dict[int, dict[int, LevelResult]] = {}
+    # Per endpoint and level its trials (one for a run of one trial): each figure their mean.
+    levels: dict[int, dict[int, list[LevelResult]]] = {}
     for level in LevelResult.objects.filter(run=run, endpoint__recipe__isnull=False).defer(
-            "gpu_series", "server_series"):
-        levels.setdefault(level.endpoint_id, {})[level.level_index] = level
+            "gpu_series", "server_series").order_by("trial"):
+        levels.setdefault(level.endpoint_id, {}).setdefault(level.level_index, []).append(level)
     best_figure = catalogue.SWEEP_BEST_SLO if run.slo else catalogue.SWEEP_BEST
     loads = [load.label for load in run.loads()]
     rows, best = [], {}
@@ -36,17 +38,19 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
         by_index = levels.get(launch.endpoint_id, {})
         cells = []
         for index in range(len(loads)):
-            level = by_index.get(index)
+            trials = by_index.get(index, [])
+            level = trials[0] if trials else None
             for fig in catalogue.SWEEP_TABLE:
-                value = level.stats.stat(fig.key, fig.stat) if level else None
+                value = _mean(trials, fig)
                 cells.append("—" if value is None else f"{value * fig.metric.scale:.{fig.metric.digits}f}")
             if level is not None:
-                value = level.stats.stat(best_figure.key, best_figure.stat)
+                value = _mean(trials, best_figure)
                 if value is not None and value > best.get(launch.recipe_id, (None, -1.0, None))[1]:
                     best[launch.recipe_id] = (launch, value, level)
         rows.append({
             "launch": launch, "recipe": launch.recipe.name, "setting": launch.label or "as the recipe says",
-            "report": f, "cells": cells, "memory_loaded": memory_text(f.memory_loaded),
+            "report": f, "cells": cells, "starts": len(f.earlier_starts) + (1 if f.pid else 0),
+            "memory_loaded": memory_text(f.memory_loaded),
             "health": catalogue.shown(HEALTH, f.health_s),
             "first_token": catalogue.shown(FIRST_TOKEN, f.first_token_s),
             "memory_peak": memory_text(f.memory_peak), "memory_note": f.memory_loaded.note,
@@ -63,6 +67,11 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
     return {"rows": rows, "loads": loads, "figures": catalogue.SWEEP_TABLE, "best": best_rows,
             "startup": {"health": HEALTH, "first_token": FIRST_TOKEN, "memory": MEMORY},
             "best_figure": best_figure, "unstarted": [r for r in rows if r["failed"]]}
+
+
+def _mean(trials: list[LevelResult], fig: catalogue.Figure) -> float | None:
+    e = estimate(lv.stats.stat(fig.key, fig.stat) for lv in trials)
+    return None if e is None else e.mean
 
 
 def sweep_series(run: Run) -> tuple[list[dict], str] | None:
@@ -82,9 +91,13 @@ def sweep_series(run: Run) -> tuple[list[dict], str] | None:
         by_endpoint.setdefault(level.endpoint_id, []).append(level)
     for launch in launches:
         x = next(iter(launch.setting.values())) if one_flag else (launch.label or "as the recipe says")
-        for level in sorted(by_endpoint.get(launch.endpoint_id, []), key=lambda lv: lv.level_index):
+        by_index: dict[int, list[LevelResult]] = {}
+        for level in sorted(by_endpoint.get(launch.endpoint_id, []), key=lambda lv: (lv.level_index, lv.trial)):
+            by_index.setdefault(level.level_index, []).append(level)
+        for trials in by_index.values():
+            level = trials[0]
             load = loads[level.level_index].label if level.level_index < len(loads) else level.load_label
-            values = {f.name: level.stats.stat(f.key, f.stat) for f in catalogue.SWEEP_TABLE}
+            values = {f.name: _mean(trials, f) for f in catalogue.SWEEP_TABLE}
             by_series.setdefault(f"{launch.recipe.name} at {load}", []).append((x, values))
     if not by_series:
         return None

@@ -147,9 +147,10 @@ def launch_execute(*, run: Run, launch: ServerLaunch, measure: Callable[[Endpoin
 
 
 def _start_and_measure(run, launch, trials, last, measure, should_stop, note, which: str) -> bool:
-    """One start of the launch's server, its measuring and its stop; False when it did not start."""
+    """One start of the launch's server, its measuring and its stop; False when it did not start.
+    An earlier start of the launch (the trial before, or a killed worker's) is kept in brief."""
     recipe = launch.recipe
-    earlier = launch.figures
+    earlier = LaunchReport.from_dict(launch.report)  # as last saved (`figures` is read once)
     note(f"{launch}: starting the server{which}")
     ServerLaunch.objects.filter(id=launch.id).update(status=ServerLaunch.RUNNING, started_at=timezone.now())
     gpu_indices = recipe.gpu_indices(launch.setting)
@@ -158,6 +159,7 @@ def _start_and_measure(run, launch, trials, last, measure, should_stop, note, wh
         should_stop=should_stop, stop_grace_s=settings.LAB_STOP_GRACE_S, gpu_indices=gpu_indices,
         owner={"run": run.public_id, "launch": launch.public_id})
     report.orphans_stopped = earlier.orphans_stopped
+    report.earlier_starts = earlier.earlier_starts + ([earlier.start_record()] if earlier.pid else [])
     if server is None:
         _save(launch, report, finished_at=timezone.now())
         log.info("%s: %s %s", launch, report.status, report.refusal or report.failure)
