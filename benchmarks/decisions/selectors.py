@@ -186,7 +186,7 @@ def slo_capacity_from_db(*, limit: int = SEARCH_LIMIT) -> list[dict]:
     for run in runs:
         for key, search in run.searches().items():
             e = endpoints.get(int(key)) if key.isdigit() else None
-            if e is None or search.status in ("unfinished",):
+            if e is None or search.status == "unfinished":
                 continue
             gpu = endpoint_gpu(e)
             candidate = CANDIDATE_FOR.get((e.backend, e.variant.quantization)) if e.variant else None

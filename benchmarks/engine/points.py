@@ -55,8 +55,6 @@ class Point:
         per_trial = {f.name: [v for s in summaries if (v := s.figure(f)) is not None]
                      for f in POINT_FIGURES if f.metric.source == "requests"}
         figures = {name: (statistics.fmean(values) if values else None) for name, values in per_trial.items()}
-        if len(summaries) == 1:
-            figures = {f.name: summaries[0].figure(f) for f in POINT_FIGURES if f.metric.source == "requests"}
         figures["peak_memory_gib"] = gpu.peak_memory_gib(gpu_indices) if gpu is not None else None
         samples = {name: tuple(values) for name, values in per_trial.items()} if len(summaries) > 1 else {}
         return cls(label=label, concurrency=concurrency, rate=rate, id=id,
