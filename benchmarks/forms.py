@@ -546,8 +546,9 @@ class RunForm(forms.Form):
         total = data.pop("_measured") * levels * (data.get("requests_per_level") or 0)
         if total > settings.MAX_REQUESTS_PER_RUN:
             raise forms.ValidationError(
-                f"This run would send {total} requests (endpoints and recipe settings × levels × trials × requests "
-                f"per level); the limit is {settings.MAX_REQUESTS_PER_RUN}.")
+                f"This run would send {total} requests (endpoints and recipe settings × levels"
+                f"{' × trials' if data['trials'] > 1 else ''} × requests per level); the limit is "
+                f"{settings.MAX_REQUESTS_PER_RUN}.")
         # The runs-in-flight limit is checked by services.run_create, atomically with the insert.
         self._clean_dataset(data)
         dataset = data.get("dataset")
@@ -672,6 +673,7 @@ class RunForm(forms.Form):
         endpoints = data.get("_measured") or 1  # endpoints and servers started from recipes
         pattern = data.get("arrival_pattern")
         trials = data.get("trials") or 1
+        of_trials = f" × {trials} trials" if trials > 1 else ""  # said only when there are several
         if data.get("load_mode") == "rate" and pattern is not None and pattern.kind == "trace" and pattern.trace and n:
             per_level = [min(arrival_engine.expected_span_s(pattern, None, n, s), duration or math.inf)
                          for s in pattern.speedups]
@@ -679,7 +681,7 @@ class RunForm(forms.Form):
             if total > limit:
                 self.add_error("trace_speedups", (
                     f"Replayed at ×{min(pattern.speedups):g}, the trace's first {min(n, len(pattern.trace.requests))} "
-                    f"requests take {_span(max(per_level))}; this run ({len(per_level)} level(s) × {trials} trial(s) × "
+                    f"requests take {_span(max(per_level))}; this run ({len(per_level)} level(s){of_trials} × "
                     f"{endpoints} endpoint(s)) would take about {_span(total)}, above the run time limit of "
                     f"{_span(limit)}. Speed it up, replay fewer requests per level or set a shorter duration."))
         elif data.get("load_mode") == "rate" and data.get("request_rates") and n:
@@ -696,7 +698,7 @@ class RunForm(forms.Form):
             if total > limit:
                 self.add_error("request_rates", (
                     f"At {slowest:g} requests per second, {n} requests take {_span(max(per_level))} per level; "
-                    f"this run ({len(per_level)} level(s) × {trials} trial(s) × {endpoints} endpoint(s)) would take about "
+                    f"this run ({len(per_level)} level(s){of_trials} × {endpoints} endpoint(s)) would take about "
                     f"{_span(total)}, above the run time limit of {_span(limit)}. Raise the rates, send fewer "
                     "requests per level or set a shorter duration."))
         elif data.get("load_mode") == "conversation" and data.get("concurrency_levels") and n \
@@ -709,15 +711,16 @@ class RunForm(forms.Form):
             if total > limit:
                 self.add_error("think_time_s", (
                     f"With {_span(conversation.think_s)} of think time between turns, this run ({len(per_level)} "
-                    f"level(s) × {trials} trial(s) × {endpoints} endpoint(s)) would take at least {_span(total)}, "
+                    f"level(s){of_trials} × {endpoints} endpoint(s)) would take at least {_span(total)}, "
                     f"above the run time limit of {_span(limit)}. Think less, send fewer requests per level or set a "
                     "shorter duration."))
         elif data.get("load_mode") in ("concurrency", "conversation", "slo") and _levels(data) and duration:
-            levels = _levels(data) * trials
-            total = endpoints * levels * duration
+            levels = _levels(data)
+            total = endpoints * levels * trials * duration
             if total > limit:
                 self.add_error("duration_s", (
-                    f"{levels} level(s) (trials included) × {endpoints} endpoint(s) × {_span(duration)} could take {_span(total)}, above "
+                    f"{levels} level(s){of_trials} × {endpoints} endpoint(s) × {_span(duration)} could take "
+                    f"{_span(total)}, above "
                     f"the run time limit of {_span(limit)}. Set a shorter duration or fewer levels."))
 
 

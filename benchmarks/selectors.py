@@ -147,7 +147,7 @@ def runs_picked(public_ids, *, limit: int) -> list[Run]:
     rows = {r.public_id: r for r in Run.objects.filter(public_id__in=ids).prefetch_related(
         Prefetch("endpoints", queryset=Endpoint.objects.only("id", "name").order_by("name"))).only(
         "id", "public_id", "title", "created", "status", "load_mode", "concurrency_levels", "request_rates",
-        "arrivals", "max_concurrency")}
+        "arrivals", "max_concurrency", "trials")}
     return [rows[p] for p in ids if p in rows]
 
 
