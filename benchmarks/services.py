@@ -593,6 +593,12 @@ def runs_requeue(*, startup: bool = False) -> int:
     return len(runs)
 
 
+def _fingerprint(run: Run, endpoint: Endpoint) -> str:
+    """The level's workload fingerprint for the history; none for an SLO search's probes, whose
+    level index is the probe's number, not a load another run measured at the same index."""
+    return "" if run.load_mode == "slo" else history.workload_fingerprint(run, endpoint)
+
+
 def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_index: int = 0,
                 gpu: GpuTelemetry | None = None, server: ServerTelemetry | None = None, trial: int = 0) -> LevelResult:
     """Store one measured level with all its requests, in one transaction. Each stored shape is
@@ -613,7 +619,7 @@ def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_in
             gpu_summary=gpu.summary.to_dict() if gpu.summary != GpuSummary() else {},
             gpu_series=gpu.series.to_dict(),
             server_summary=server.summary.to_dict() if server.summary != ServerSummary() else {},
-            server_series=server.series.to_dict(), fingerprint=history.workload_fingerprint(run, endpoint))
+            server_series=server.series.to_dict(), fingerprint=_fingerprint(run, endpoint))
         RequestRecord.objects.bulk_create([
             RequestRecord(level=level, index=r.index, sent=r.sent, scheduled=r.scheduled, turn=r.turn,
                           conversation=r.conversation,
