@@ -12,7 +12,7 @@ from benchmarks.models import Endpoint, Gpu, LevelResult, Run
 from benchmarks.selectors import comparison_series
 from benchmarks.services import comparison_create
 from conftest import log_in
-from factories import decide, endpoint, run_form, user
+from factories import decide, endpoint, execute_in_process, run_form, user
 from test_api import minimal_run, submit, token_for
 from test_decisions import V100
 from test_worker import wait_finished
@@ -210,25 +210,6 @@ def test_the_run_page_of_trials_and_a_search_fits_1366_px(page, live_server, sim
     assert page.js_errors == []
 
 
-def _execute_here(run):
-    """The worker's own code in this process (never queued), as a resumed worker runs it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from django.db import connection
-
-    from benchmarks import services
-
-    def execute():
-        try:
-            services.run_execute(run_id=run.id, worker="in-process")
-        finally:
-            connection.close()
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(execute).result()
-    run.refresh_from_db()
-    return run
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_resumed_search_replays_the_stored_probes_and_measures_only_the_rest(simulator):
     """A worker that died after the first two probes: the next one replays them from the stored
@@ -238,14 +219,14 @@ def test_a_resumed_search_replays_the_stored_probes_and_measures_only_the_rest(s
                              warmup_requests=0, load_mode="slo", max_concurrency=8, slo_ttft_ms=100, trials=1,
                              progress_total=5 * 8)
     run.endpoints.set([e])
-    run = _execute_here(run)
+    run = execute_in_process(run)
     assert (run.status, run.searches()[str(e.id)].best) == (Run.SUCCEEDED, 2), (run.error, run.slo_search)
     probes = [p.concurrency for p in run.searches()[str(e.id)].probes]
     assert probes == [1, 8, 4, 2, 3]
     kept = dict(run.levels.filter(level_index__lt=2).values_list("level_index", "pk"))
     run.levels.filter(level_index__gte=2).delete()  # what the dead worker had not stored yet
     Run.objects.filter(id=run.id).update(status=Run.QUEUED, slo_search={}, progress_done=2 * 8)
-    run = _execute_here(run)
+    run = execute_in_process(run)
     assert run.status == Run.SUCCEEDED and run.attempts == 2, run.error
     search = run.searches()[str(e.id)]
     assert ([p.concurrency for p in search.probes], search.best) == (probes, 2)
