@@ -275,7 +275,7 @@ def test_a_mistyped_allowed_network_stops_the_site_at_start():
 @pytest.fixture
 def addresses_queue(settings):
     settings.CELERY_TASK_DEFAULT_QUEUE = "addresses"
-    Celery(broker=settings.CELERY_BROKER_URL).connection().default_channel.queue_purge("addresses")
+    Celery(broker=settings.CELERY_BROKER_URL, set_as_current=False).connection().default_channel.queue_purge("addresses")
     workers = []
     yield workers
     for w in workers:

@@ -21,7 +21,7 @@ FAST_RECOVERY = {"RUN_HEARTBEAT_S": 0.5, "RUN_HEARTBEAT_STALE_S": 3, "RUN_SWEEP_
 @pytest.fixture
 def faults_queue(settings, django_db_blocker):
     settings.CELERY_TASK_DEFAULT_QUEUE = "faults"
-    Celery(broker=settings.CELERY_BROKER_URL).connection().default_channel.queue_purge("faults")
+    Celery(broker=settings.CELERY_BROKER_URL, set_as_current=False).connection().default_channel.queue_purge("faults")
     workers = []
     yield workers
     for w in workers:
@@ -98,7 +98,7 @@ def test_runs_queued_when_redis_restarts_still_run(faults_queue, simulator, priv
     url, restart = private_redis
     sim = simulator(decode_ms=5)
     e = endpoint(sim.url)
-    broker = Celery(broker=url)
+    broker = Celery(broker=url, set_as_current=False)
     connection = broker.connection(url)  # not the CELERY_BROKER_URL of this environment
     runs = []
     for _ in range(3):

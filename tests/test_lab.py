@@ -58,7 +58,7 @@ def lab_env(llama_paths, vllm_paths, lab_dirs, **overrides):
 def purge(*queues):
     from django.conf import settings
 
-    channel = Celery(broker=settings.CELERY_BROKER_URL).connection().default_channel
+    channel = Celery(broker=settings.CELERY_BROKER_URL, set_as_current=False).connection().default_channel
     for queue in queues:
         channel.queue_purge(queue)
 

@@ -10,11 +10,26 @@ from django.urls import reverse
 from django_celery_beat.models import PeriodicTask
 
 from benchmarks import schedules, services
-from benchmarks.models import Run, Schedule
+from benchmarks.models import Host, Run, Schedule
 from conftest import spawn_beat, spawn_worker, stop_worker, worker_env
 from factories import endpoint, measured_run, user
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def runs_to_no_worker(settings, transactional_db):
+    """Runs these tests queue go to their host's queue, which none of the suite's workers
+    consumes, and are dropped after: the suite's shared worker must not measure one while the
+    tables are emptied for the next test."""
+    from v100site.celery import app
+
+    settings.HOST_QUEUES = True
+    yield
+    queues = set(Host.objects.values_list("queue_name", flat=True)) | {settings.CELERY_TASK_DEFAULT_QUEUE}
+    with app.connection_for_write() as conn:
+        for queue in queues:
+            conn.default_channel.queue_purge(queue)
 
 
 def _template_run(e, owner):

@@ -478,7 +478,9 @@ def test_identity_never_raises_and_notes_what_is_missing():
         return llama, vllm, sglang, other, down
     llama, vllm, sglang, other, down = asyncio.run(go())
     assert [n.split(": ", 1)[1] for n in llama["notes"]] == ["HTTP 404 ({})", "HTTP 404 ({})"]
-    assert "version" not in vllm and len(vllm["notes"]) == 1
+    # /version and /v1/models (its max_model_len), each noted
+    assert "version" not in vllm and [n.split(": ", 1)[0].rsplit("/", 1)[1] for n in vllm["notes"]] == [
+        "version", "models"]
     # Each identity answer is tried under its older and newer name; the last failure is noted.
     assert [n.split(": ", 1)[0].rsplit("/", 1)[1] for n in sglang["notes"]] == ["model_info", "server_info"]
     assert "version" not in sglang and all("HTTP 404" in n for n in sglang["notes"])

@@ -22,7 +22,7 @@ SMALL = dict(prompt_tokens=16, output_tokens=4, concurrency_levels=[1, 4], reque
 @pytest.fixture
 def worker(settings):
     settings.CELERY_TASK_DEFAULT_QUEUE = QUEUE
-    Celery(broker=settings.CELERY_BROKER_URL).connection().default_channel.queue_purge(QUEUE)
+    Celery(broker=settings.CELERY_BROKER_URL, set_as_current=False).connection().default_channel.queue_purge(QUEUE)
     proc = spawn_worker(worker_env(CELERY_DEFAULT_QUEUE=QUEUE, RUN_HEARTBEAT_S=0.3), "resources")
     yield proc
     stop_worker(proc)
