@@ -400,7 +400,10 @@ def history_figure(shown, points: list[dict]) -> dict:
     legend_rows = len(data)
     return figure(data, {
         "title": {"text": f"{shown.metric.name} over time"},
-        "xaxis": {"title": {"text": "run queued (UTC)"}, "type": "date"},
+        # One-line date ticks drawn right of their tick: Plotly's two-line default puts the date
+        # under the first tick, reaching left into the y axis's "0".
+        "xaxis": {"title": {"text": "run queued (UTC)"}, "type": "date", "tickformat": "%b %-d %H:%M:%S",
+                  "ticklabelposition": "outside right", "automargin": True},
         "yaxis": {"title": {"text": shown.title}, "rangemode": "tozero"},
         "shapes": shapes,
         "legend": {"orientation": "v", "yanchor": "top", "y": -0.3, "x": 0, "xanchor": "left"},

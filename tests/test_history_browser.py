@@ -33,7 +33,10 @@ def test_the_history_page_shows_the_trend_and_flags_the_release_that_slowed_it(b
     settings.REGRESSION_MIN_CHANGE_PCT = 25
     e = endpoint(name="vllm-staging", url="http://127.0.0.1:8")
     flags = {"max-model-len": 4096, "gpu-memory-utilization": 0.9}
-    before = [_released(e, "0.9.2", 10.0, flags) for _ in range(4)]
+    # The earlier release's runs share one measurement (1 ms a token): a loaded machine's timing
+    # noise between them is not what this page test is about (test_regressions.py holds the
+    # detector to planted noise); the slower release is measured anew at 20 ms a token.
+    before = [_released(e, "0.9.2", None, flags) for _ in range(4)]
     slow = _released(e, "0.10.0", 20.0, flags)
     assert not any(r.regression_report.regressed for r in before)
     assert slow.regression_report.regressed
