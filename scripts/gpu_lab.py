@@ -32,8 +32,10 @@ from benchmarks.engine.server_metrics import server_identity  # noqa: E402
 ARGS = ["-m", "{model}", "--host", "{host}", "--port", "{port}", "-c", "8192", "-ngl", "99", "--metrics"]
 
 
-async def measure_levels(url: str, levels: list[int], requests: int, gpu_indices) -> dict:
-    loads = [Load(concurrency=c, requests=requests) for c in levels]
+async def measure_levels(url: str, levels: list[int], requests: int, gpu_indices, per_stream: int = 0) -> dict:
+    """Each level measured with the engine and its GPU telemetry (every GPU in `gpu_indices`),
+    at least `requests` requests and `per_stream` per stream. Also scripts/gpu_multi.py's."""
+    loads = [Load(concurrency=c, requests=max(requests, per_stream * c)) for c in levels]
     session = Session(Target(url, "llamacpp"), Workload(prompt_tokens=512, output_tokens=100, warmup_requests=2,
                                                         seed=1), loads=loads)
     try:
@@ -47,7 +49,8 @@ async def measure_levels(url: str, levels: list[int], requests: int, gpu_indices
             return {**out, "error": f"{fits.check}: {fits.detail}"}
         await session.prepare(preflight.model)
         for load in loads:
-            outcome, gpu, _ = await measure_observed(session, load, gpu_indices=gpu_indices, gpu_interval_s=0.1)
+            outcome, gpu, _ = await measure_observed(session, load, gpu_indices=list(gpu_indices) if gpu_indices
+                                                     else gpu_indices, gpu_interval_s=0.1)
             s = summarize_level(outcome.results, outcome.wall_s)
             out["levels"].append({
                 "concurrency": load.concurrency, "completed": s.completed, "failed": s.failed,
@@ -55,7 +58,11 @@ async def measure_levels(url: str, levels: list[int], requests: int, gpu_indices
                 "aggregate_tok_s": s.stat("aggregate_tok_s"),
                 "gpu_peak_memory_used_mib": gpu.summary.peak_memory_used_mib,
                 "gpu_peak_process_memory_mib": [g.peak_process_memory_mib for g in gpu.summary.gpus],
-                "gpu_status": gpu.summary.status})
+                "gpu_status": gpu.summary.status,
+                "gpus": [{"index": g.index, "peak_memory_used_mib": g.peak_memory_used_mib,
+                          "mean_utilization_gpu": g.mean_utilization_gpu,
+                          "mean_utilization_memory": g.mean_utilization_memory, "max_power_w": g.max_power_w}
+                         for g in gpu.summary.gpus]})
         return out
     finally:
         await session.close()

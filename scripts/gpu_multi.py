@@ -31,10 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.engine import gpu as gpu_telemetry  # noqa: E402
 from benchmarks.engine import launcher, multi_gpu  # noqa: E402
-from benchmarks.engine.client import Load, Session, Target, Workload  # noqa: E402
-from benchmarks.engine.metrics import summarize_level  # noqa: E402
-from benchmarks.engine.observe import measure_observed  # noqa: E402
-from benchmarks.engine.server_metrics import server_identity  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_lab import measure_levels  # noqa: E402  (the single-GPU lab's, beside this script)
 
 LEVELS = (1, 8, 32)
 # The write-up's llama.cpp server as a recipe's argument list, with a slot for each user of the
@@ -98,33 +96,6 @@ def nvidia_smi_topo() -> str:
     return done.stdout if done.returncode == 0 else f"nvidia-smi topo -m: exit {done.returncode}: {done.stderr}"
 
 
-async def measure_levels(url: str, levels, requests: int, gpu_indices) -> dict:
-    loads = [Load(concurrency=c, requests=max(requests, 2 * c)) for c in levels]
-    session = Session(Target(url, "llamacpp"), Workload(prompt_tokens=512, output_tokens=100, warmup_requests=2,
-                                                        seed=1), loads=loads)
-    try:
-        preflight = await session.preflight()
-        if not preflight.ok:
-            return {"error": preflight.cause}
-        identity = await server_identity(session.client, url, "llamacpp")
-        await session.prepare(preflight.model)
-        out = {"server": {k: identity.get(k) for k in ("n_ctx", "total_slots", "build_info")}, "levels": []}
-        for load in loads:
-            outcome, gpu, _ = await measure_observed(session, load, gpu_indices=list(gpu_indices), gpu_interval_s=0.1)
-            s = summarize_level(outcome.results, outcome.wall_s)
-            out["levels"].append({
-                "concurrency": load.concurrency, "completed": s.completed, "failed": s.failed,
-                "ttft_ms_p50": s.stat("ttft_ms", "p50"), "decode_tok_s_p50": s.stat("decode_tok_s", "p50"),
-                "aggregate_tok_s": s.stat("aggregate_tok_s"), "gpu_status": gpu.summary.status,
-                "gpus": [{"index": g.index, "peak_memory_used_mib": g.peak_memory_used_mib,
-                          "mean_utilization_gpu": g.mean_utilization_gpu,
-                          "mean_utilization_memory": g.mean_utilization_memory, "max_power_w": g.max_power_w}
-                         for g in gpu.summary.gpus]})
-        return out
-    finally:
-        await session.close()
-
-
 def one_server(entry: dict, allow: launcher.Allowlist, state: str, requests: int) -> dict:
     spec = launcher.ServerSpec(allow.executables[0], entry["path"], ARGS, entry["setting"], backend="llamacpp",
                                label=entry["label"], gpus=entry["gpus"])
@@ -133,7 +104,7 @@ def one_server(entry: dict, allow: launcher.Allowlist, state: str, requests: int
     if server is not None:
         watch = launcher.MemoryWatch(server.pgid, entry["gpus"], baseline=report.memory_before).start()
         try:
-            out.update(asyncio.run(measure_levels(server.base_url, LEVELS, requests, entry["gpus"])))
+            out.update(asyncio.run(measure_levels(server.base_url, LEVELS, requests, entry["gpus"], per_stream=2)))
         finally:
             launcher.finish(server, report, gpu_indices=entry["gpus"], peak=watch.stop(), freed_timeout_s=60)
     out["report"] = report.to_dict()
