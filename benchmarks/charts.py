@@ -361,6 +361,33 @@ def server_figure(levels: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------- history
+def time_ticks(times: list, most: int = 6) -> tuple[list[str], list[str]]:
+    """Tick positions and labels for a time axis, taken from the sorted `times` themselves: the
+    first, then each time at least 1/most of the span after the last tick, so no two labels
+    (about a seventh of a 1366 px chart wide at most) can meet; labels as precise as the span
+    needs, and a label equal to the previous one dropped."""
+    if not times:
+        return [], []
+    span = (times[-1] - times[0]).total_seconds()
+    chosen = [times[0]]
+    for t in times[1:]:
+        if (t - chosen[-1]).total_seconds() >= span / most:
+            chosen.append(t)
+    if span >= 3 * 86400:
+        shape = "%b %-d"
+    elif span >= 3 * 3600:
+        shape = "%b %-d %H:%M"
+    else:
+        shape = "%b %-d %H:%M:%S"
+    vals, texts = [], []
+    for t in chosen:
+        text = t.strftime(shape)
+        if not texts or text != texts[-1]:
+            vals.append(t.isoformat())
+            texts.append(text)
+    return vals, texts
+
+
 def history_figure(shown, points: list[dict]) -> dict:
     """One headline figure (a catalogue Figure) over time: a line per endpoint and load level,
     each point's hover naming its run, engine version and launch flags; the points a run's
@@ -398,11 +425,14 @@ def history_figure(shown, points: list[dict]) -> dict:
                      "marker": {"symbol": "x-thin-open", "size": 16, "color": "#d62728", "line": {"width": 3}},
                      "hoverinfo": "skip"})
     legend_rows = len(data)
+    tickvals, ticktext = time_ticks(sorted({p["created"] for p in points if p["figures"].get(shown.name) is not None}))
     return figure(data, {
         "title": {"text": f"{shown.metric.name} over time"},
-        # One-line date ticks drawn right of their tick: Plotly's two-line default puts the date
-        # under the first tick, reaching left into the y axis's "0".
-        "xaxis": {"title": {"text": "run queued (UTC)"}, "type": "date", "tickformat": "%b %-d %H:%M:%S",
+        # Ticks at runs' own times, a sixth of the span apart at least, drawn right of their tick:
+        # Plotly's automatic date ticks put several identical labels into one second when runs
+        # are close, and its two-line default reaches left into the y axis's "0".
+        "xaxis": {"title": {"text": "run queued (UTC)"}, "type": "date", "tickmode": "array",
+                  "tickvals": tickvals, "ticktext": ticktext,
                   "ticklabelposition": "outside right", "automargin": True},
         "yaxis": {"title": {"text": shown.title}, "rangemode": "tozero"},
         "shapes": shapes,

@@ -120,3 +120,24 @@ def test_csv_has_the_table():
     assert charts.to_csv(fig).splitlines() == [
         "series,kind,concurrent requests,level,Aggregate output (tok/s),Decode per stream p50 (tok/s)",
         "a,measured,1,c=1,10.0,10.0"]
+
+
+def test_time_ticks_are_the_runs_own_times_a_sixth_of_the_span_apart_with_distinct_labels():
+    from datetime import datetime, timedelta, timezone
+
+    from benchmarks.charts import time_ticks
+    start = datetime(2026, 12, 1, 18, 20, 2, 100000, tzinfo=timezone.utc)
+    # Five runs inside two seconds (a test's history): Plotly's own ticks gave five labels of one second.
+    close = [start + timedelta(milliseconds=400 * i) for i in range(5)]
+    vals, texts = time_ticks(close)
+    assert texts == ["Dec 1 18:20:02", "Dec 1 18:20:03"]
+    assert vals[0] == close[0].isoformat() and set(vals) <= {t.isoformat() for t in close}
+    # A month of nightly runs: dates only, no two ticks closer than a sixth of the span.
+    nightly = [start + timedelta(days=i) for i in range(30)]
+    vals, texts = time_ticks(nightly)
+    assert texts[0] == "Dec 1" and len(texts) == len(set(texts)) <= 7
+    chosen = [datetime.fromisoformat(v) for v in vals]
+    assert all((b - a) >= (nightly[-1] - nightly[0]) / 6 for a, b in zip(chosen, chosen[1:]))
+    # A day of hourly runs: hours and minutes; nothing for no runs.
+    assert time_ticks([start + timedelta(hours=i) for i in range(24)])[1][1] == "Dec 1 22:20"  # 4 h after the first: the first run past 23 h / 6
+    assert time_ticks([]) == ([], [])
