@@ -11,7 +11,7 @@ from benchmarks.engine.conversations import MAX_TURNS, THINK_KINDS, Conversation
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
 from benchmarks.engine.launcher import format_value
-from benchmarks.engine.slo_search import max_probes
+from benchmarks.engine.slo_search import max_probes, rate_grid
 from benchmarks.models import (MAX_TRIALS, SLO_SEARCH_LOW, Endpoint, EvaluationText, ImportedReport, Run, Schedule,
                                ServerRecipe, Variant, email_list, validate_emails, validate_webhook_url)
 
@@ -112,6 +112,15 @@ PRESETS = {
             "fields": {"api": "completions", "prompt_tokens": 128, "output_tokens": 128, "prefix_tokens": 2048,
                        "prefix_share": 100, "concurrency_levels": "1,4,8", "requests_per_level": 24,
                        "slo_ttft_ms": 2000}},
+    "rag_sustained": {"label": "RAG: the rate it sustains",
+                      "words": "the RAG shape with ShareGPT questions after a 2048-token shared context, bursty "
+                               "arrivals (gamma, burstiness 0.5), 3 trials: the highest request rate within "
+                               "TTFT p99 ≤ 2 s",
+                      "fields": {"api": "completions", "dataset_source": "sharegpt", "prompt_tokens": 128,
+                                 "output_tokens": 128, "output_lengths": "dataset", "prefix_tokens": 2048,
+                                 "prefix_share": 100, "load_mode": "slo_rate", "arrivals": "gamma", "burstiness": 0.5,
+                                 "search_min_rate": 0.25, "search_max_rate": 16, "search_rate_step": 25,
+                                 "requests_per_level": 32, "trials": 3, "slo_ttft_ms": 2000, "slo_percentile": 99}},
     "summarisation": {"label": "Summarisation", "words": "long prompts (about 3000 tokens), short summaries",
                       "fields": {"api": "completions", "prompt_tokens": 3000, "output_tokens": 200,
                                  "length_distribution": "normal", "length_spread": 0.2, "concurrency_levels": "1,2,4",
@@ -186,6 +195,15 @@ class RunForm(forms.Form):
                                                 label="Highest concurrency to try",
                                                 help_text="SLO search: bisection from 1 up to this many concurrent "
                                                           "users, for the highest that stays within the SLOs above.")
+    search_min_rate = forms.FloatField(required=False, min_value=0.01, initial=0.5, label="Lowest rate to try (req/s)",
+                                       help_text="SLO search by rate: the search starts here; if this rate misses the "
+                                                 "SLOs, nothing higher is tried.")
+    search_max_rate = forms.FloatField(required=False, min_value=0.01, initial=32, label="Highest rate to try (req/s)")
+    search_rate_step = forms.FloatField(required=False, min_value=1, max_value=100, initial=20,
+                                        label="Rate step (%)",
+                                        help_text="The rates tried are each this much above the last, so the answer "
+                                                  "is known to within it: the rate found meets the SLOs and the next "
+                                                  "one up misses them. Bisection measures only a few of them.")
     slo_percentile = forms.TypedChoiceField(choices=[(50, "p50"), (90, "p90"), (99, "p99")], coerce=int, initial=99,
                                             required=False, label="SLO percentile",
                                             help_text="SLO search: the SLOs hold for this percentile of each "
@@ -265,7 +283,10 @@ class RunForm(forms.Form):
                         "rate": ("request_rates", "arrivals", "burstiness", "ramp_to", "trace_file", "trace_speedups",
                                  "max_concurrency"),
                         "conversation": ("concurrency_levels", "conversation_turns", "think_time_s", "think_time"),
-                        "slo": ("search_max_concurrency", "slo_percentile")}
+                        "slo": ("search_max_concurrency", "slo_percentile"),
+                        "slo_rate": ("search_min_rate", "search_max_rate", "search_rate_step", "slo_percentile",
+                                     "arrivals", "burstiness", "max_concurrency")}
+    SEARCH_ARRIVALS = ("poisson", "constant", "gamma")  # a search by rate sends each probe at one rate
     ARRIVAL_FIELDS = {"request_rates": ("poisson", "constant", "gamma", "ramp"), "burstiness": ("gamma", "ramp"),
                       "ramp_to": ("ramp",), "trace_file": ("trace",), "trace_speedups": ("trace",)}
     PATTERN_FIELDS = ("burstiness", "ramp_to", "trace_file", "trace_speedups", "conversation_turns", "think_time_s",
@@ -446,6 +467,13 @@ class RunForm(forms.Form):
         for name in set(self.PATTERN_FIELDS + ("request_rates",)) - shown:
             self._errors.pop(name, None)
         data["arrival_pattern"] = data["conversation"] = None
+        if mode == "slo_rate":
+            if kind not in self.SEARCH_ARRIVALS and "arrivals" not in self.errors:
+                self.add_error("arrivals", "An SLO search sends each probe at one steady rate: choose Poisson, "
+                                           "constant or gamma (bursty) arrivals; a ramp or a trace replay is a "
+                                           "request-rate run.")
+            data["arrival_pattern"] = arrival_engine.ArrivalPattern(
+                kind if kind in self.SEARCH_ARRIVALS else "poisson", burstiness=values["burstiness"] or 1.0)
         if mode == "rate":
             burstiness = values["burstiness"] or 1.0
             if kind == "trace":
@@ -528,10 +556,15 @@ class RunForm(forms.Form):
             self.add_error("request_rates", "Give at least one request rate, e.g. 1,2.")
         data["trials"] = data.get("trials") or 1
         data["slo_percentile"] = data.get("slo_percentile") or 99
-        if mode == "slo":
+        if mode in Run.SEARCH_MODES:
             self._clean_search(data)
-        else:
+        if mode != "slo":
             data["search_max_concurrency"] = None
+        rate_fields = [data.pop(k, None) for k in ("search_min_rate", "search_max_rate", "search_rate_step")]
+        if mode == "slo_rate":
+            self._clean_rate_grid(data, *rate_fields)
+        else:
+            data["search_rates"] = []
         if mode == "rate":
             data["concurrency_levels"] = []
         else:
@@ -562,9 +595,10 @@ class RunForm(forms.Form):
         return data
 
     def _clean_search(self, data) -> None:
-        """SLO search: a highest concurrency within the limit and at least one SLO to meet."""
+        """SLO search: a highest concurrency within the limit (by concurrency) and at least one
+        SLO to meet."""
         data["concurrency_levels"] = []
-        high = data.get("search_max_concurrency")
+        high = data.get("search_max_concurrency") if data.get("load_mode") == "slo" else 0
         if high is None and "search_max_concurrency" not in self.errors:
             self.add_error("search_max_concurrency", "Give the highest concurrency to try, e.g. 64.")
         elif high is not None and high > settings.MAX_CONCURRENCY:
@@ -573,6 +607,31 @@ class RunForm(forms.Form):
         if not any(data.get(k) for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms")) and not any(
                 k in self.errors for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms")):
             self.add_error("slo_ttft_ms", "The SLO search needs a target to meet: give a TTFT, TPOT or E2E SLO.")
+
+    def _clean_rate_grid(self, data, low, high, step) -> None:
+        """SLO search by rate: the rates it may probe (engine.slo_search.rate_grid), within the
+        rate limit; a concurrency cap within the concurrency limit."""
+        data["search_rates"] = []
+        if low is None and "search_min_rate" not in self.errors:
+            self.add_error("search_min_rate", "Give the lowest request rate to try, e.g. 0.5.")
+        if high is None and "search_max_rate" not in self.errors:
+            self.add_error("search_max_rate", "Give the highest request rate to try, e.g. 32.")
+        if low is None or high is None or any(k in self.errors for k in ("search_min_rate", "search_max_rate",
+                                                                          "search_rate_step")):
+            return
+        if low < settings.MIN_REQUEST_RATE:
+            self.add_error("search_min_rate", f"{low:g} req/s is below the lowest rate, {settings.MIN_REQUEST_RATE:g}.")
+            return
+        if high > settings.MAX_REQUEST_RATE:
+            self.add_error("search_max_rate", f"{high:g} req/s is above the limit of {settings.MAX_REQUEST_RATE:g}.")
+            return
+        if high <= low:
+            self.add_error("search_max_rate", f"The highest rate must be above the lowest ({low:g} req/s).")
+            return
+        try:
+            data["search_rates"] = list(rate_grid(low, high, step or 20.0))
+        except ValueError as exc:
+            self.add_error("search_rate_step", f"{str(exc)[0].upper()}{str(exc)[1:]}.")
 
     def clean_dataset_file(self) -> dict | None:
         """The uploaded JSONL as {"name", "entries"}: UTF-8, within MAX_DATASET_MIB, every line a prompt."""
@@ -714,6 +773,18 @@ class RunForm(forms.Form):
                     f"level(s){of_trials} × {endpoints} endpoint(s)) would take at least {_span(total)}, "
                     f"above the run time limit of {_span(limit)}. Think less, send fewer requests per level or set a "
                     "shorter duration."))
+        elif data.get("load_mode") == "slo_rate" and data.get("search_rates") and n:
+            # Bounded by every probe at the lowest rate: a probe at a higher rate is shorter.
+            pattern = data.get("arrival_pattern") or arrival_engine.ArrivalPattern()
+            lowest = data["search_rates"][0]
+            per_probe = min(arrival_engine.expected_span_s(pattern, lowest, n), duration or math.inf)
+            total = endpoints * _levels(data) * trials * per_probe
+            if total > limit:
+                self.add_error("search_min_rate", (
+                    f"At {lowest:g} requests per second, {n} requests take {_span(per_probe)}; a search of up to "
+                    f"{_levels(data)} probes{of_trials} × {endpoints} endpoint(s) could take {_span(total)}, above "
+                    f"the run time limit of {_span(limit)}. Start from a higher rate, send fewer requests per level "
+                    "or set a shorter duration."))
         elif data.get("load_mode") in ("concurrency", "conversation", "slo") and _levels(data) and duration:
             levels = _levels(data)
             total = endpoints * levels * trials * duration
@@ -742,6 +813,9 @@ def _levels(data) -> int:
     if data.get("load_mode") == "slo":
         high = data.get("search_max_concurrency")
         return max_probes(SLO_SEARCH_LOW, high) if high else 0
+    if data.get("load_mode") == "slo_rate":
+        rates = data.get("search_rates")
+        return max_probes(0, len(rates) - 1) if rates else 0
     pattern = data.get("arrival_pattern")
     if data.get("load_mode") == "rate" and pattern is not None and pattern.kind == "trace":
         return len(pattern.speedups)

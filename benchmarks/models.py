@@ -500,7 +500,9 @@ class Run(models.Model):
     api = models.CharField(max_length=20, choices=APIS, default="completions")
     LOAD_MODES = [("concurrency", "concurrency sweep (closed loop)"), ("rate", "request rate (open loop)"),
                   ("conversation", "multi-turn conversations (closed loop)"),
-                  ("slo", "find the load that meets my SLO (closed loop)")]
+                  ("slo", "find the load that meets my SLO (closed loop)"),
+                  ("slo_rate", "find the request rate that meets my SLO (open loop)")]
+    SEARCH_MODES = ("slo", "slo_rate")
     ARRIVALS = [("poisson", "Poisson"), ("constant", "constant"), ("gamma", "gamma (bursty)"),
                 ("ramp", "linear ramp"), ("trace", "trace replay")]
     load_mode = models.CharField(max_length=20, choices=LOAD_MODES, default="concurrency")
@@ -515,6 +517,9 @@ class Run(models.Model):
     conversation = models.JSONField(default=dict, blank=True)
     max_concurrency = models.PositiveIntegerField(default=0, help_text="Rate mode: cap on requests "
                                                   "in flight; 0 = none. SLO search: the highest concurrency tried.")
+    # SLO search by rate (load mode "slo_rate"): the rates it may probe, lowest first
+    # (engine.slo_search.rate_grid), fixed when the run is queued.
+    search_rates = models.JSONField(default=list, blank=True)
     requests_per_level = models.PositiveIntegerField()
     duration_s = models.FloatField(null=True, blank=True, help_text="Optional time bound per level.")
     warmup_requests = models.PositiveIntegerField()
@@ -534,7 +539,7 @@ class Run(models.Model):
     # the run page shows each figure's mean and its 95 % interval across them.
     trials = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1),
                                                                      MaxValueValidator(MAX_TRIALS)])
-    # SLO search (load mode "slo"): the SLOs above at this percentile; per endpoint id its search
+    # SLO search (load modes "slo", "slo_rate"): the SLOs above at this percentile; per endpoint id its search
     # (engine.slo_search.SloSearch, written by its to_dict, read by its from_dict: `searches`).
     slo_percentile = models.PositiveSmallIntegerField(default=99, choices=[(50, "p50"), (90, "p90"), (99, "p99")])
     slo_search = models.JSONField(default=dict, blank=True)
@@ -647,7 +652,7 @@ class Run(models.Model):
     def loads(self) -> list[Load]:
         """The run's load levels, in order (engine.client.Load); an SLO search has none fixed:
         its levels are `search_load`s, found as it goes."""
-        if self.load_mode == "slo":
+        if self.is_search:
             return []
         n, duration = self.requests_per_level, self.duration_s
         if self.load_mode == "rate":
@@ -667,14 +672,31 @@ class Run(models.Model):
         """An SLO search's highest concurrency (run_create's argument), None in other modes."""
         return self.max_concurrency if self.load_mode == "slo" else None
 
-    def search_load(self, concurrency: int) -> Load:
-        return Load(concurrency=concurrency, requests=self.requests_per_level, duration_s=self.duration_s)
+    @property
+    def is_search(self) -> bool:
+        return self.load_mode in self.SEARCH_MODES
+
+    def search_load(self, load: float) -> Load:
+        """An SLO search's probe as a level: `load` users, or `load` req/s sent as the run's
+        arrivals say (capped at max_concurrency in flight, 0 = no cap)."""
+        if self.load_mode == "slo_rate":
+            pattern = self.arrival_settings
+            return Load(concurrency=self.max_concurrency, rate=load, arrivals=pattern.kind,
+                        requests=self.requests_per_level, duration_s=self.duration_s, burstiness=pattern.burstiness)
+        return Load(concurrency=int(load), requests=self.requests_per_level, duration_s=self.duration_s)
+
+    def widest_search_load(self) -> Load:
+        """An SLO search's heaviest probe (what the connection pool is sized for)."""
+        return self.search_load(self.search_rates[-1] if self.load_mode == "slo_rate" and self.search_rates
+                                else self.max_concurrency)
 
     @property
     def slo_target(self) -> SloTarget:
         return SloTarget(self.slo_percentile, **self.slo)
 
     def new_search(self) -> SloSearch:
+        if self.load_mode == "slo_rate":
+            return SloSearch(target=self.slo_target, rates=tuple(self.search_rates))
         return SloSearch(target=self.slo_target, low=SLO_SEARCH_LOW, high=max(self.max_concurrency, SLO_SEARCH_LOW))
 
     def searches(self) -> dict[str, SloSearch]:
@@ -702,6 +724,11 @@ class Run(models.Model):
         trials = f" × {self.trials} trials" if self.trials > 1 else ""
         if self.load_mode == "slo":
             return f"SLO search c={SLO_SEARCH_LOW}..{self.max_concurrency}{trials}"
+        if self.load_mode == "slo_rate":
+            rates = self.search_rates or [0]
+            cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
+            return (f"SLO search {rates[0]:g}..{rates[-1]:g} req/s {self.arrival_settings.describe()}{cap}"
+                    f"{trials}")
         return self._levels_words + trials
 
     @property

@@ -27,7 +27,7 @@ FIRE_TASK = "benchmarks.schedule_fire"
 PLAIN = ("title", "prompt_tokens", "output_tokens", "temperature", "requests_per_level", "warmup_requests",
          "load_mode", "concurrency_levels", "request_rates", "arrivals", "max_concurrency", "duration_s", "api",
          "seed", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms", "quality", "quality_ctx", "quality_chunks", "sweep",
-         "trials", "slo_percentile", "search_max_concurrency")
+         "trials", "slo_percentile", "search_max_concurrency", "search_rates")
 
 
 # ---------------------------------------------------------------- the template (one writer, one reader)
@@ -62,7 +62,7 @@ def template_from_run(run: Run) -> dict:
         endpoints=list(run.endpoints.filter(recipe__isnull=True)), recipes=list(run.recipes.all()),
         quality_text=run.quality_text, quality_reference=run.quality_reference,
         dataset=run.requests_dataset if run.dataset else None,
-        arrival_pattern=run.arrival_settings if run.load_mode == "rate" else None,
+        arrival_pattern=run.arrival_settings if run.load_mode in ("rate", "slo_rate") else None,
         conversation=run.conversation_settings)
 
 

@@ -171,7 +171,7 @@ def run_levels(run: Run) -> list[LevelResult]:
 
 
 def _shows(metric, run: Run) -> bool:
-    return {"": True, "chat": run.api == "chat", "slo": bool(run.slo), "schedule": run.load_mode == "rate"}[metric.needs]
+    return {"": True, "chat": run.api == "chat", "slo": bool(run.slo), "schedule": run.load_mode in ("rate", "slo_rate")}[metric.needs]
 
 
 def level_groups(levels: list[LevelResult]) -> list[list[LevelResult]]:
@@ -219,15 +219,32 @@ def results_table(run: Run, levels: list[LevelResult]) -> dict:
 
 def slo_answers(run: Run) -> list[dict]:
     """Per endpoint its SLO search, as the run page says it: "serves N concurrent users within
-    TTFT p99 ≤ 2000 ms", and each probe (concurrency, met or what it missed)."""
-    if run.load_mode != "slo":
+    TTFT p99 ≤ 2000 ms" (or "sustains R req/s"), each probe (its load, met or what it missed),
+    and at the answer's load the targeted percentiles and the throughput across the trials
+    (`at_best`: cells with their 95 % intervals from two trials on)."""
+    if not run.is_search:
         return []
     endpoints = {str(e.id): e for e in run.endpoints.all()}
+    by_rate = run.load_mode == "slo_rate"
+    levels = run.levels.filter(endpoint_id__in=[int(k) for k in endpoints]).only(
+        "endpoint_id", "concurrency", "rate", "trial", "summary")
+    probes: dict[tuple, list[LevelResult]] = {}
+    for lv in levels:
+        probes.setdefault((str(lv.endpoint_id), lv.rate if by_rate else lv.concurrency), []).append(lv)
     out = []
     for key, search in sorted(run.searches().items(), key=lambda kv: endpoints[kv[0]].name if kv[0] in endpoints else ""):
-        if key in endpoints:
-            out.append({"endpoint": endpoints[key], "search": search, "words": search.words,
-                        "probes": sorted(search.probes, key=lambda p: p.concurrency)})
+        if key not in endpoints:
+            continue
+        figures = [Figure(k, f"p{search.target.percentile}") for k in search.target.limits] + [
+            Figure("request_throughput"), Figure("aggregate_tok_s")]
+        measured = [lv.stats for lv in probes.get((key, search.best), [])] if search.best is not None else []
+        at_best = [{"label": f.label, "unit": f.metric.unit, **estimate_cell(f, estimate(s.figure(f) for s in measured))}
+                   for f in figures] if measured else []
+        out.append({"endpoint": endpoints[key], "search": search, "words": search.words,
+                    "probes": [{"load": search.load_words(p.load), "met": p.met, "misses": p.misses}
+                               for p in sorted(search.probes, key=lambda p: p.load)],
+                    "at_best": at_best, "best_load": search.load_words(search.best) if measured else "",
+                    "trials": len(measured)})
     return out
 
 

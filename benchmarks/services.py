@@ -59,7 +59,8 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
                sweep: dict | None = None, dataset: Dataset | None = None,
                arrival_pattern: ArrivalPattern | None = None, conversation: Conversation | None = None,
                load_processes: int = 0, load_workers: int = 0, schedule=None, trials: int = 1,
-               slo_percentile: int = 99, search_max_concurrency: int | None = None) -> Run:
+               slo_percentile: int = 99, search_max_concurrency: int | None = None,
+               search_rates: list[float] = ()) -> Run:
     """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
     queued or running: counted and inserted in one transaction that holds the owner's row.
     With `quality`, the quality step follows the levels: on `quality_text`, or on
@@ -70,7 +71,8 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
     `conversation`: the sessions of conversation mode; `schedule`: the schedule whose firing queues
     it (schedules.schedule_fire). Every level is measured `trials` times. Load mode "slo" searches
     concurrencies from 1 to `search_max_concurrency` for the highest within the SLOs at
-    `slo_percentile`."""
+    `slo_percentile`; "slo_rate" the `search_rates` (engine.slo_search.rate_grid), sent as
+    `arrivals` with `max_concurrency` as the cap."""
     levels = request_rates if load_mode == "rate" else concurrency_levels
     pattern = arrival_pattern or ArrivalPattern(arrivals)
     if load_mode == "rate" and pattern.kind == "trace":
@@ -78,6 +80,8 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
     if load_mode == "slo":
         max_concurrency = search_max_concurrency or 1
         levels = range(max_probes(1, max_concurrency))
+    if load_mode == "slo_rate":
+        levels = range(max_probes(0, len(search_rates) - 1))
     recipes = list(recipes)
     sweep = {str(k): v for k, v in (sweep or {}).items()}
     with transaction.atomic():
@@ -93,7 +97,9 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             trials=trials, slo_percentile=slo_percentile,
             request_rates=sorted(set(request_rates)) if load_mode == "rate" else [],
             arrivals=pattern.kind,
-            arrival_pattern=pattern.to_dict() if load_mode == "rate" and pattern.kind not in ("poisson", "constant") else {},
+            arrival_pattern=pattern.to_dict() if load_mode in ("rate", "slo_rate") and pattern.kind not in (
+                "poisson", "constant") else {},
+            search_rates=list(search_rates) if load_mode == "slo_rate" else [],
             conversation=conversation.to_dict() if load_mode == "conversation" and conversation else {},
             max_concurrency=max_concurrency or 0, duration_s=duration_s,
             requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
@@ -242,7 +248,7 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
     trials = list(range(run.trials)) if trials is None else trials
     done = set(run.levels.filter(endpoint=endpoint).values_list("level_index", "trial"))
     loads = run.loads()
-    searching = run.load_mode == "slo"
+    searching = run.is_search
     todo = [(index, trial) for trial in trials for index in range(len(loads)) if (index, trial) not in done]
     if not searching and not todo:
         return
@@ -250,7 +256,7 @@ def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventL
         return
     timeouts = Timeouts(connect=settings.REQUEST_CONNECT_TIMEOUT_S, first_byte=settings.REQUEST_READ_TIMEOUT_S,
                         total=settings.REQUEST_TOTAL_TIMEOUT_S)
-    session = Session(endpoint.target(), workload, timeouts, loads=loads or [run.search_load(run.max_concurrency)],
+    session = Session(endpoint.target(), workload, timeouts, loads=loads or [run.widest_search_load()],
                       addresses=addresses or endpoint_addresses())
     try:
         _note(run, f"{endpoint.name}: preflight")
@@ -329,12 +335,12 @@ def _search_endpoint(run: Run, endpoint: Endpoint, measure: Callable[[Load, int,
         stored.setdefault(level.level_index, {})[level.trial] = level
     index = 0
     try:
-        while (concurrency := search.next_probe()) is not None:
+        while (load := search.next_probe()) is not None:
             trials = stored.setdefault(index, {})
             for trial in range(run.trials):
-                if trial not in trials or trials[trial].concurrency != concurrency:
-                    trials[trial] = measure(run.search_load(concurrency), index, trial)
-            search.record(concurrency, [trials[t].stats for t in sorted(trials)])
+                if trial not in trials or _probe_load(run, trials[trial]) != load:
+                    trials[trial] = measure(run.search_load(load), index, trial)
+            search.record(load, [trials[t].stats for t in sorted(trials)])
             _search_store(run, endpoint, search)
             index += 1
     except Cancelled:
@@ -348,6 +354,11 @@ def _search_endpoint(run: Run, endpoint: Endpoint, measure: Callable[[Load, int,
     return search
 
 
+def _probe_load(run: Run, level: LevelResult) -> float:
+    """The load a stored probe was measured at: its rate in a search by rate, else its users."""
+    return level.rate if run.load_mode == "slo_rate" else level.concurrency
+
+
 def _search_store(run: Run, endpoint: Endpoint, search: SloSearch) -> None:
     run.slo_search[str(endpoint.id)] = search.to_dict()
     Run.objects.filter(id=run.id).update(slo_search=run.slo_search)
@@ -357,7 +368,7 @@ def _rounds(run: Run, launch: ServerLaunch) -> list[list[int] | None]:
     """How a server started from a recipe is measured: one start per trial still to measure
     (fresh server state each time), or one start for everything (a single trial, or an SLO
     search, whose probes follow one another on one server). None: every missing trial."""
-    if run.trials == 1 or run.load_mode == "slo":
+    if run.trials == 1 or run.is_search:
         return [None]
     stored = Counter(run.levels.filter(endpoint_id=launch.endpoint_id).values_list("trial", flat=True))
     return [[t] for t in range(run.trials) if stored[t] < len(run.loads())] or [None]
@@ -596,7 +607,7 @@ def runs_requeue(*, startup: bool = False) -> int:
 def _fingerprint(run: Run, endpoint: Endpoint) -> str:
     """The level's workload fingerprint for the history; none for an SLO search's probes, whose
     level index is the probe's number, not a load another run measured at the same index."""
-    return "" if run.load_mode == "slo" else history.workload_fingerprint(run, endpoint)
+    return "" if run.is_search else history.workload_fingerprint(run, endpoint)
 
 
 def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_index: int = 0,

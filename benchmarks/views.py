@@ -79,8 +79,9 @@ def run_new(request):
 
 PREFILLED = ("title", "prompt_tokens", "output_tokens", "concurrency_levels", "request_rates", "load_mode",
              "requests_per_level", "quality", "trials", "api", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms",
-             "slo_percentile", "search_max_concurrency", "length_distribution", "length_spread", "prefix_tokens",
-             "prefix_share")
+             "slo_percentile", "search_max_concurrency", "search_min_rate", "search_max_rate", "search_rate_step",
+             "arrivals", "burstiness", "max_concurrency", "dataset_source", "output_lengths", "length_distribution",
+             "length_spread", "prefix_tokens", "prefix_share")
 
 
 def _prefill(params) -> dict:

@@ -86,3 +86,57 @@ def test_the_search_finds_the_simulators_slot_count(simulator):
     assert search.status == "found", search.to_dict()
     assert search.best == 6, search.to_dict()
     assert {p.concurrency: p.met for p in search.probes}[7] is False
+
+
+def test_the_rate_grid_steps_by_its_percentage_from_the_lowest_to_the_highest():
+    from benchmarks.engine.slo_search import MAX_RATE_GRID, rate_grid
+    grid = rate_grid(4, 32, 25)
+    assert grid[0] == 4 and grid[-1] == 32 and list(grid) == sorted(set(grid))
+    # Each rate 25 % above the last (to 4 significant figures), but the highest, which may be closer.
+    assert all(abs(b / a - 1.25) < 1e-3 for a, b in zip(grid, grid[1:-1]))
+    assert 1 < grid[-1] / grid[-2] <= 1.25
+    with pytest.raises(ValueError, match=f"at most {MAX_RATE_GRID}"):
+        rate_grid(0.01, 1000, 1)  # 1,160 rates
+    with pytest.raises(ValueError):
+        rate_grid(8, 4, 25)
+
+
+def rate_search_on(knee_rate: float, rates) -> SloSearch:
+    """A server that keeps TTFT p99 at 50 ms up to `knee_rate` req/s and 500 ms above."""
+    search = SloSearch(SloTarget(99, ttft_ms=100), rates=tuple(rates))
+    while (r := search.next_probe()) is not None:
+        assert r in rates
+        search.record(r, [level(50 if r <= knee_rate else 500)])
+    return search
+
+
+@pytest.mark.parametrize("knee_rate", [0.5, 1.3, 7.0, 11.0, 31.9])
+def test_a_search_by_rate_finds_the_highest_rate_of_its_grid_under_the_knee(knee_rate):
+    from benchmarks.engine.slo_search import rate_grid
+    rates = rate_grid(0.5, 32, 20)
+    search = rate_search_on(knee_rate, rates)
+    expected = max(r for r in rates if r <= knee_rate)
+    assert search.status == "found" and search.best == expected
+    # Within one step: the next rate up missed.
+    assert search.missed_above == rates[rates.index(expected) + 1] and search.missed_above > knee_rate
+    assert len(search.probes) <= max_probes(0, len(rates) - 1)
+    assert f"sustains {expected:g} req/s within TTFT p99 ≤ 100 ms ({search.missed_above:g} req/s misses)" == search.words
+    again = SloSearch.from_dict(search.to_dict())
+    assert (again.by, again.best, again.status, again.probes, again.rates) == ("rate", expected, "found",
+                                                                                search.probes, rates)
+
+
+def test_a_rate_search_s_ends_and_a_stored_concurrency_search_of_the_first_version():
+    from benchmarks.engine.slo_search import rate_grid
+    rates = rate_grid(1, 8, 50)
+    top = rate_search_on(100, rates)
+    assert (top.status, top.best, [p.load for p in top.probes]) == ("at_least", 8, [1, 8])
+    assert "sustains at least 8 req/s" in top.words and "the highest rate searched" in top.words
+    assert rate_search_on(0.1, rates).words == "misses TTFT p99 ≤ 100 ms even at 1 req/s"
+    # What version 1 wrote (concurrency probes, no "by"): read as the concurrency search it was.
+    old = {"version": 1, "target": {"percentile": 99, "ttft_ms": 100}, "low": 1, "high": 8,
+           "probes": [{"concurrency": 1, "met": True, "misses": []}, {"concurrency": 8, "met": False,
+                                                                        "misses": ["TTFT p99 500.0 ms > 100 ms"]}],
+           "stopped": "", "best": 1, "status": "unfinished"}
+    search = SloSearch.from_dict(old)
+    assert (search.by, search.best, search.next_probe()) == ("concurrency", 1, 4)

@@ -174,10 +174,12 @@ def _endpoint_spread(endpoint: Endpoint) -> dict:
 
 
 def slo_capacity_from_db(*, limit: int = SEARCH_LIMIT) -> list[dict]:
-    """Every finished SLO search measured here (run load mode "slo"), per endpoint: the most
-    concurrent users it served within its targets, the targets, and what it ran on (GPU, the
-    candidate its backend and variant are, the lengths)."""
-    runs = list(Run.objects.filter(status__in=Run.FINISHED, load_mode="slo").exclude(slo_search={})
+    """Every finished SLO search measured here (run load modes "slo" and "slo_rate"), per
+    endpoint: the most concurrent users it served (or the highest rate it sustained) within its
+    targets, the targets, and what it ran on (GPU, the candidate its backend and variant are, the
+    lengths). A rate's row adds the requests it had in flight on average at that rate (Little's
+    law on its measured figures: request throughput × mean E2E, the mean across trials)."""
+    runs = list(Run.objects.filter(status__in=Run.FINISHED, load_mode__in=Run.SEARCH_MODES).exclude(slo_search={})
                 .order_by("-created")[:limit])
     ids = {int(k) for run in runs for k in run.slo_search if str(k).isdigit()}
     endpoints = {e.id: e for e in Endpoint.objects.filter(id__in=ids).select_related("variant", "host")
@@ -190,12 +192,28 @@ def slo_capacity_from_db(*, limit: int = SEARCH_LIMIT) -> list[dict]:
                 continue
             gpu = endpoint_gpu(e)
             candidate = CANDIDATE_FOR.get((e.backend, e.variant.quantization)) if e.variant else None
-            rows.append({"endpoint": e.name, "run": str(run), "url": run.get_absolute_url(), "users": search.best,
+            by_rate = search.by == "rate"
+            rows.append({"endpoint": e.name, "run": str(run), "url": run.get_absolute_url(),
+                         "users": None if by_rate else search.best, "by": search.by,
+                         "rate": search.best if by_rate else None,
+                         "in_flight": _in_flight(run, e, search.best) if by_rate and search.best else None,
                          "status": search.status, "target": search.target.to_dict(), "words": search.words,
                          "gpu_name": gpu.name if gpu else None, "candidate": candidate.key if candidate else None,
                          "prompt_tokens": run.prompt_tokens, "output_tokens": run.output_tokens,
                          "trials": run.trials})
     return rows
+
+
+def _in_flight(run: Run, endpoint: Endpoint, rate: float) -> float | None:
+    """Requests in flight on average at `rate` in the run (Little's law: request throughput ×
+    mean E2E of each trial's level, then their mean); None without both figures."""
+    values = []
+    for level in run.levels.filter(endpoint=endpoint, rate=rate).only("summary"):
+        stats = level.stats
+        throughput, e2e = stats.stat("request_throughput"), stats.stat("e2e_ms", "mean")
+        if throughput is not None and e2e is not None:
+            values.append(throughput * e2e / 1000)
+    return sum(values) / len(values) if values else None
 
 
 def served_version(identity) -> str:

@@ -48,15 +48,26 @@ def slo_capacity(specs: Specs, searches: list[dict]) -> list[dict]:
             continue
         target = SloTarget.from_dict(row["target"]).words
         within = "your targets" if wanted else "its own targets"
+        at_least = "at least " if row["status"] == "at_least" else ""
+        if row.get("by") == "rate":
+            # A rate is not a number of users: said with what it kept in flight, not judged.
+            if row["status"] == "none":
+                text = f"{row['endpoint']} misses {within} ({target}) even at the lowest rate searched."
+            else:
+                flight = (f", about {row['in_flight']:.1f} requests in flight on average (Little's law on its "
+                          "measured throughput and mean E2E)") if row.get("in_flight") is not None else ""
+                text = f"{row['endpoint']} sustains {at_least}{row['rate']:g} req/s within {within} ({target}){flight}."
+            out.append({**row, "text": text, "enough": None})
+            continue
         served = row["users"] or 0
         if row["status"] == "none":
             words = f"{row['endpoint']} misses {within} ({target}) even at 1 concurrent user"
         else:
-            words = (f"{row['endpoint']} serves {'at least ' if row['status'] == 'at_least' else ''}{served} "
+            words = (f"{row['endpoint']} serves {at_least}{served} "
                      f"concurrent user{'s' if served != 1 else ''} within {within} ({target})")
         enough = "enough for" if served >= users else "fewer than"
         out.append({**row, "text": f"{words}: {enough} the {users} you asked for.", "enough": served >= users})
-    return sorted(out, key=lambda r: -(r["users"] or 0))
+    return sorted(out, key=lambda r: (r.get("by") == "rate", -(r["users"] or r.get("rate") or 0)))
 
 
 def decision_create(*, owner, inputs: dict, specs: Specs) -> Decision:

@@ -352,7 +352,10 @@ SLO_SEARCH = Note(
     "The highest number of concurrent users (closed loop) at which every trial's level kept each SLO at "
     "its percentile (p50, p90 or p99 over its requests) with no failed request; found by bisection over "
     "whole concurrency levels from 1 to the highest asked, at most 2 + ⌈log2(highest − 1)⌉ levels, each "
-    "of the run's requests per level. It assumes latency grows with load.")
+    "of the run's requests per level; or the highest request rate (open loop, sent as the run's arrivals "
+    "say) on a grid of rates each a fixed step above the last, so the rate found meets the SLOs and the "
+    "next one up on the grid misses them. It assumes latency grows with load. Beside the answer, its "
+    "level's figures across the trials, each with its 95 % confidence interval (Student t).")
 
 
 def definitions() -> list[Metric | Series]:

@@ -1,6 +1,8 @@
-"""Finding the load that meets an SLO, Django-free: the highest concurrency at which TTFT, TPOT
-and E2E stay within their targets at one percentile, by bisection over whole concurrency levels
-between a lowest and a highest.
+"""Finding the load that meets an SLO, Django-free: the highest concurrency (closed loop) or
+request rate (open loop) at which TTFT, TPOT and E2E stay within their targets at one
+percentile, by bisection over whole concurrency levels between a lowest and a highest, or over
+a geometric grid of rates (`rate_grid`: each a fixed step above the last, so the answer is
+known within that step).
 
 A probe (one concurrency level, measured once per trial) meets the targets when, in every trial,
 no request failed and each targeted metric's percentile over the level's requests is at most its
@@ -9,7 +11,8 @@ target. The search probes the lowest level first (if it misses, nothing does), t
 level that met and the lowest that missed until they are adjacent: at most 2 + ceil(log2(high -
 low)) probes, which bounds its requests (`max_probes` × requests per level × trials) and so its
 time. The answer assumes latency grows with load (a level that meets is taken to mean every
-lower one does), which is what queueing does.
+lower one does), which is what queueing does. A rate search works on the grid's positions as a
+concurrency search works on concurrencies; its probes are the rates themselves.
 
 `SloSearch` is the shape stored per endpoint in Run.slo_search: `to_dict` its one writer,
 `from_dict` its one reader. A search is replayed from the probes already stored (a resumed run
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 from .catalogue import METRICS, PERCENTILES
 from .metrics import LevelSummary
 
-SEARCH_VERSION = 1
+SEARCH_VERSION = 2  # 2: searches by rate (probes with "rate"); 1 reads as a concurrency search
 TARGET_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 
@@ -81,65 +84,111 @@ class SloTarget:
 
 
 def max_probes(low: int, high: int) -> int:
-    """The most levels a search between `low` and `high` measures."""
+    """The most levels a search between positions `low` and `high` measures (for a rate
+    search, 0 and the grid's length - 1)."""
     return 1 if high <= low else 2 + math.ceil(math.log2(high - low))
+
+
+MAX_RATE_GRID = 200  # rates a search may choose from: at most 10 probes
+
+
+def rate_grid(lowest: float, highest: float, step_pct: float) -> tuple[float, ...]:
+    """The rates a search by rate chooses from: `lowest`, then each `step_pct` % above the last
+    (4 significant figures), and `highest` itself. Raises ValueError when the bounds are
+    reversed or the grid would be longer than MAX_RATE_GRID."""
+    if not (0 < lowest < highest) or step_pct <= 0:
+        raise ValueError("the lowest rate must be above 0 and below the highest, the step above 0")
+    ratio = 1 + step_pct / 100
+    count = math.ceil(math.log(highest / lowest) / math.log(ratio) - 1e-9)
+    if count + 1 > MAX_RATE_GRID:
+        raise ValueError(f"{lowest:g} to {highest:g} req/s in steps of {step_pct:g} % is {count + 1} rates; "
+                         f"at most {MAX_RATE_GRID}: take a larger step or a narrower range")
+    grid = [float(f"{lowest * ratio ** k:.4g}") for k in range(count)]
+    return tuple(sorted(set(grid + [float(f"{highest:.4g}")])))
 
 
 @dataclass(frozen=True)
 class Probe:
-    concurrency: int
+    load: float  # the concurrency (a whole number) or the rate in req/s
     met: bool
     misses: tuple[str, ...] = ()  # across trials, each miss once
+
+    @property
+    def concurrency(self) -> int:
+        return int(self.load)
 
 
 @dataclass
 class SloSearch:
-    """One endpoint's search: its bounds, targets and probes so far; `next_probe` the level to
-    measure next (None when the answer is known), `best` the answer."""
+    """One endpoint's search: its bounds, targets and probes so far; `next_probe` the load to
+    measure next (None when the answer is known), `best` the answer. With `rates` it searches
+    those request rates (low and high are then positions in them: 0 and len - 1)."""
 
     target: SloTarget
     low: int = 1
     high: int = 1
     probes: list[Probe] = field(default_factory=list)
     stopped: str = ""  # why it ended before its answer (cancelled, time limit), "" otherwise
+    rates: tuple[float, ...] = ()
 
-    def record(self, concurrency: int, summaries: list[LevelSummary]) -> Probe:
+    def __post_init__(self):
+        if self.rates:
+            self.low, self.high = 0, len(self.rates) - 1
+
+    @property
+    def by(self) -> str:
+        return "rate" if self.rates else "concurrency"
+
+    def _load(self, position: int) -> float:
+        return self.rates[position] if self.rates else position
+
+    def _position(self, load: float) -> int:
+        return self.rates.index(load) if self.rates else int(load)
+
+    def record(self, load: float, summaries: list[LevelSummary]) -> Probe:
         """A probe measured (one summary per trial): it meets the targets only if every trial did."""
         misses: list[str] = []
         for s in summaries:
             misses += [m for m in self.target.misses(s) if m not in misses]
-        probe = Probe(concurrency, met=bool(summaries) and not misses, misses=tuple(misses))
+        probe = Probe(load, met=bool(summaries) and not misses, misses=tuple(misses))
         self.probes.append(probe)
         return probe
 
     def _bracket(self) -> tuple[int | None, int | None]:
-        """(the highest level that met, the lowest that missed) of the probes so far."""
-        met = [p.concurrency for p in self.probes if p.met]
-        missed = [p.concurrency for p in self.probes if not p.met]
+        """(the highest position that met, the lowest that missed) of the probes so far."""
+        met = [self._position(p.load) for p in self.probes if p.met]
+        missed = [self._position(p.load) for p in self.probes if not p.met]
         return (max(met) if met else None), (min(missed) if missed else None)
 
-    def next_probe(self) -> int | None:
+    def next_probe(self) -> float | None:
         if self.stopped:
             return None
         if not self.probes:
-            return self.low
+            return self._load(self.low)
         best, worst = self._bracket()
         if best is None:
             return None  # the lowest level already misses
         if worst is None:
-            return self.high if best < self.high else None
+            return self._load(self.high) if best < self.high else None
         if worst - best <= 1:
             return None
-        return (best + worst) // 2
+        return self._load((best + worst) // 2)
 
     @property
     def done(self) -> bool:
         return not self.stopped and bool(self.probes) and self.next_probe() is None
 
     @property
-    def best(self) -> int | None:
-        """The highest concurrency measured within the targets (None: not even the lowest)."""
-        return self._bracket()[0]
+    def best(self) -> float | None:
+        """The highest load measured within the targets (None: not even the lowest)."""
+        best = self._bracket()[0]
+        return None if best is None else self._load(best)
+
+    @property
+    def missed_above(self) -> float | None:
+        """The lowest load measured above the answer that missed (None when none did)."""
+        worst = self._bracket()[1]
+        return None if worst is None else self._load(worst)
 
     @property
     def status(self) -> str:
@@ -151,31 +200,47 @@ class SloSearch:
             return "none"
         return "at_least" if worst is None else "found"
 
+    def load_words(self, load: float) -> str:
+        """ "3 concurrent users", "9.31 req/s"."""
+        if self.rates:
+            return f"{load:g} req/s"
+        return f"{int(load)} concurrent user" + ("" if load == 1 else "s")
+
     @property
     def words(self) -> str:
         """The answer in a sentence (without the endpoint's name)."""
-        users = lambda n: f"{n} concurrent user" + ("" if n == 1 else "s")
-        status, best = self.status, self.best
+        shown, status, best = self.load_words, self.status, self.best
+        verb = "sustains" if self.rates else "serves"
         if status == "found":
-            return f"serves {users(best)} within {self.target.words} ({users(best + 1)} miss)"
+            above = self.missed_above
+            return f"{verb} {shown(best)} within {self.target.words} ({shown(above)} {'misses' if self.rates else 'miss'})"
         if status == "at_least":
-            return f"serves at least {users(best)} within {self.target.words} (the highest level searched)"
+            return f"{verb} at least {shown(best)} within {self.target.words} (the highest {self.by} searched)"
         if status == "none":
-            return f"misses {self.target.words} even at {users(self.low)}"
-        shown = f"; {users(best)} met them so far" if best is not None else ""
-        return f"search unfinished ({self.stopped or 'not measured yet'}){shown}"
+            return f"misses {self.target.words} even at {shown(self._load(self.low))}"
+        so_far = f"; {shown(best)} met them so far" if best is not None else ""
+        return f"search unfinished ({self.stopped or 'not measured yet'}){so_far}"
 
     # The one writer and the one reader of Run.slo_search's entries.
     def to_dict(self) -> dict:
-        return {"version": SEARCH_VERSION, "target": self.target.to_dict(), "low": self.low, "high": self.high,
-                "probes": [{"concurrency": p.concurrency, "met": p.met, "misses": list(p.misses)}
-                           for p in self.probes],
+        return {"version": SEARCH_VERSION, "by": self.by, "target": self.target.to_dict(), "low": self.low,
+                "high": self.high, "rates": list(self.rates),
+                "probes": [{self.by: p.load, "met": p.met, "misses": list(p.misses)} for p in self.probes],
                 "stopped": self.stopped, "best": self.best, "status": self.status}
 
     @classmethod
     def from_dict(cls, data) -> "SloSearch":
         data = data if isinstance(data, dict) else {}
-        probes = [Probe(int(p["concurrency"]), bool(p.get("met")), tuple(str(m) for m in p.get("misses") or ()))
-                  for p in data.get("probes") or () if isinstance(p, dict) and isinstance(p.get("concurrency"), int)]
+        rates = tuple(float(r) for r in data.get("rates") or () if _number(r) and r > 0)
+        by = "rate" if rates else "concurrency"
+        probes = [Probe(float(p[by]) if rates else int(p[by]), bool(p.get("met")),
+                        tuple(str(m) for m in p.get("misses") or ()))
+                  for p in data.get("probes") or () if isinstance(p, dict) and _number(p.get(by))
+                  and (not rates or float(p[by]) in rates) and (rates or isinstance(p[by], int))]
         return cls(target=SloTarget.from_dict(data.get("target")), low=int(data.get("low") or 1),
-                   high=int(data.get("high") or 1), probes=probes, stopped=str(data.get("stopped") or ""))
+                   high=int(data.get("high") or 1), probes=probes, stopped=str(data.get("stopped") or ""),
+                   rates=rates)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

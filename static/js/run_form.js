@@ -1,5 +1,5 @@
 // The run form shows only the fields of the chosen load mode (concurrency sweep, request rate or
-// conversations) and, in rate mode, only those of the chosen arrivals (data-arrivals).
+// conversations) and, in the modes that send at a rate, only those of the chosen arrivals (data-arrivals).
 (function () {
   var radios = document.querySelectorAll("input[name=load_mode]");
   var arrivals = document.querySelector("select[name=arrivals]");
@@ -11,7 +11,7 @@
       var modes = field.dataset.loadMode.split(" ");
       var kinds = field.dataset.arrivals ? field.dataset.arrivals.split(" ") : null;
       field.hidden = modes.indexOf(checked.value) < 0 ||
-        (checked.value === "rate" && kinds !== null && kinds.indexOf(kind) < 0);
+        ((checked.value === "rate" || checked.value === "slo_rate") && kinds !== null && kinds.indexOf(kind) < 0);
     });
   }
   radios.forEach(function (r) { r.addEventListener("change", show); });
