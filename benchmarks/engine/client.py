@@ -100,6 +100,11 @@ class Timeouts:
     total: float = 900.0
 
 
+# ShareGPT conversations drawn per request needed, so that enough remain when those too long for
+# the server are left out.
+SHAREGPT_DRAWN_PER_REQUEST = 3
+
+
 @dataclass
 class Finding:
     check: str
@@ -313,6 +318,8 @@ class Session:
         # Why the requests could not be built (a dataset the server cannot tokenize, a prompt
         # over the token limit); set by prepare(), and then no level is measured.
         self.dataset_problem = ""
+        self.dataset_note = ""  # what building the dataset's requests left out, and why
+        self.context_limit: int | None = None  # tokens the server gives one request, once known
         self.stream_tok_s: float | None = None  # tokens/s of one stream in the warmup (prepare)
         limit = max((load.max_in_flight for load in loads), default=1) + SPARE_CONNECTIONS
         self.max_connections = limit
@@ -370,7 +377,7 @@ class Session:
         """Whether the longest request planned fits the context the server gives one request
         (a llama.cpp slot's share of -c, vLLM's max_model_len); None when either is unknown
         (the server does not say, or a dataset's lengths are known only once tokenized)."""
-        context = self.backend.context_per_request(identity)
+        context = self.context_limit = self.backend.context_per_request(identity)
         dataset = self.workload.requests()
         if context is None or dataset.source != "synthetic":
             return None
@@ -448,6 +455,8 @@ class Session:
             if result.ok:
                 self.prompts.calibrate(prompt, result.prompt_tokens)
         await self._prepare_requests()
+        if self.dataset_note:
+            finding = Finding(finding.check, finding.ok, f"{finding.detail}; {self.dataset_note}")
         return finding
 
     def requests_needed(self) -> int:
@@ -470,29 +479,29 @@ class Session:
         if dataset.source == "synthetic":
             return
         needed = self.requests_needed()
+        tokenized: dict[int, tuple[list[int], int | None]] = {}  # by entry line: prompt ids, reply tokens
         if dataset.source == "sharegpt":
             try:
-                entries = await asyncio.to_thread(sharegpt_entries, needed, self.workload.seed)
+                drawn = await asyncio.to_thread(sharegpt_entries, needed * SHAREGPT_DRAWN_PER_REQUEST,
+                                                self.workload.seed)
             except DatasetError as exc:
                 self.dataset_problem = str(exc)
+                return
+            entries = await self._fitting_conversations(drawn, needed, dataset, tokenized)
+            if entries is None:
                 return
             self.plan = RequestPlan(replace(dataset, entries=tuple(entries)), self.workload.seed)
             dataset = self.plan.dataset
         too_long = []
         for index in self.plan.entry_indices(needed):
             entry = dataset.entries[index]
-            ids = await self.tokenize(entry.prompt)
-            if ids is None:
-                self.dataset_problem = ("dataset prompts are sent with exact token counts, which needs the "
-                                        f"server's tokenizer: {self.tokenize_problem or 'this backend has no tokenize call'}")
+            if entry.line not in tokenized and await self._tokenize_entry(entry, dataset, tokenized) is None:
                 return
+            ids, reply = tokenized[entry.line]
             self.entry_ids[index] = ids
-            if dataset.outputs == "dataset" and entry.output_tokens is None and entry.output_text is not None:
-                reply = await self.tokenize(entry.output_text)
-                self.entry_outputs[index] = max(1, len(reply or ()))
-            longest_output = (entry.output_tokens or self.entry_outputs.get(index)
-                              if dataset.outputs == "dataset" else None) or dataset.output_lengths.high
-            total = len(ids) + self.prompts.offset + dataset.prefix_tokens + longest_output
+            if reply is not None:
+                self.entry_outputs[index] = reply
+            total = self._entry_total(entry, ids, reply, dataset)
             if self.workload.token_limit and total > self.workload.token_limit:
                 too_long.append(f"{'line' if dataset.source == 'jsonl' else 'conversation'} {entry.line} "
                                 f"({len(ids)} prompt tokens)")
@@ -509,6 +518,55 @@ class Session:
         if result.ok and result.prompt_tokens is not None:
             self.entry_offset = result.prompt_tokens - len(self.entry_ids[first.entry_index]) - (
                 dataset.prefix_tokens if first.shared_prefix else 0)
+
+    async def _tokenize_entry(self, entry, dataset: Dataset, tokenized: dict) -> list[int] | None:
+        """A dataset entry's prompt ids and (when the dataset's own output lengths are used and
+        the entry has a reply text) its reply's length, both from the server's tokenizer, kept
+        in `tokenized` by the entry's line; None (with `dataset_problem`) without a tokenizer."""
+        ids = await self.tokenize(entry.prompt)
+        if ids is None:
+            self.dataset_problem = ("dataset prompts are sent with exact token counts, which needs the "
+                                    f"server's tokenizer: {self.tokenize_problem or 'this backend has no tokenize call'}")
+            return None
+        reply = None
+        if dataset.outputs == "dataset" and entry.output_tokens is None and entry.output_text is not None:
+            reply = max(1, len(await self.tokenize(entry.output_text) or ()))
+        tokenized[entry.line] = (ids, reply)
+        return ids
+
+    def _entry_total(self, entry, ids: list[int], reply: int | None, dataset: Dataset) -> int:
+        """The most tokens the entry's request holds: its prompt, the server's own tokens, the
+        shared prefix and its output."""
+        longest_output = ((entry.output_tokens or reply) if dataset.outputs == "dataset" else None) \
+            or dataset.output_lengths.high
+        return len(ids) + self.prompts.offset + dataset.prefix_tokens + longest_output
+
+    async def _fitting_conversations(self, drawn: list, needed: int, dataset: Dataset, tokenized: dict) -> list | None:
+        """The first `needed` drawn ShareGPT conversations whose request fits what one request
+        may hold (the token limit, and the server's context per request when it says it), as
+        vllm bench serve leaves out those that do not fit; how many were left out goes to
+        `dataset_note`. None (with `dataset_problem`) without a tokenizer or when none fits."""
+        limits = [x for x in (self.workload.token_limit, self.context_limit) if x]
+        kept, skipped = [], 0
+        for entry in drawn:
+            if len(kept) == needed:
+                break
+            ids = await self._tokenize_entry(entry, dataset, tokenized)
+            if ids is None:
+                return None
+            if limits and self._entry_total(entry, ids, tokenized[entry.line][1], dataset) > min(limits):
+                skipped += 1
+                continue
+            kept.append(entry)
+        if skipped:
+            self.dataset_note = (f"{skipped} ShareGPT conversation{'s' if skipped != 1 else ''} left out: longer "
+                                 f"than the {min(limits)} tokens one request may hold with "
+                                 f"{'the shared prefix and ' if dataset.prefix_tokens else ''}its output")
+        if not kept:
+            self.dataset_problem = (f"no ShareGPT conversation of the {len(drawn)} drawn fits the {min(limits)} tokens "
+                                    "one request may hold")
+            return None
+        return kept
 
     def request(self, i: int, trace: Trace | None = None, with_prefix: bool = True
                 ) -> tuple[list[int] | str, int, int]:
