@@ -141,8 +141,8 @@ class _Pool(httpcore.AsyncConnectionPool):
     is never given to another; closed and expired connections are dropped on a sweep at most
     every SWEEP_S, or at once when a queued request finds nothing free (so the pool's limit is
     never reached because of dead connections); idle ones beyond the keep-alive limit are
-    closed on the sweep; a queued request gets the first free connection, else a new one
-    (closing an idle one to make room at the limit)."""
+    closed on the sweep; a queued request gets the first free connection (an idle one the server
+    closed is dropped when met), else a new one (closing an idle one to make room at the limit)."""
 
     SWEEP_S = 0.5
     _next_sweep = 0.0
@@ -177,11 +177,11 @@ class _Pool(httpcore.AsyncConnectionPool):
         connections = self._connections
         for pool_request in queued:
             origin = pool_request.request.url.origin
-            connection = _free(connections, taken, origin)
+            connection = _free(connections, taken, origin, closing)
             if connection is None and not swept:
                 swept = True
                 self._sweep(closing)
-                connection = _free(connections, taken, origin)
+                connection = _free(connections, taken, origin, closing)
             if connection is None:
                 if len(connections) >= self._max_connections:
                     idle = next((c for c in connections if id(c) not in taken and c.is_idle()), None)
@@ -196,12 +196,33 @@ class _Pool(httpcore.AsyncConnectionPool):
         return closing
 
 
-def _free(connections: list, taken: set, origin):
-    """The first connection to `origin` that no live request holds and that can take one now."""
+def _free(connections: list, taken: set, origin, closing: list):
+    """The first connection to `origin` that no live request holds and that can take one now.
+    Idle ones the server has closed since the last sweep leave the pool for `closing` when met:
+    a request given one fails at once ("server disconnected without sending a response"), and
+    its retry may meet a sibling closed at the same moment (llama-server in rate mode: the
+    first request of a level failed both times). Keep-alive expiry stays the sweep's."""
+    found, expired = None, []
     for c in connections:
-        if id(c) not in taken and c.can_handle_request(origin) and c.is_available():
-            return c
-    return None
+        if id(c) in taken or not c.can_handle_request(origin):
+            continue
+        if c.is_idle() and _server_closed(c):
+            expired.append(c)
+        elif c.is_available():
+            found = c
+            break
+    for c in expired:
+        connections.remove(c)
+        closing.append(c)
+    return found
+
+
+def _server_closed(connection) -> bool:
+    """Whether an idle connection's socket has something to read, i.e. the server closed it
+    (httpcore's own test in has_expired, without the keep-alive clock)."""
+    inner = getattr(connection, "_connection", connection)  # AsyncHTTPConnection wraps the HTTP/1.1 one
+    stream = getattr(inner, "_network_stream", None)
+    return stream is not None and bool(stream.get_extra_info("is_readable"))
 
 
 class TimedBackend(httpcore.AsyncNetworkBackend):
