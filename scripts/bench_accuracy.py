@@ -5,8 +5,8 @@ The simulator (benchmarks/engine/simulator.py, `truth=True`) records on the mach
 clock when each request arrived (the kernel's receive time of its bytes) and when its own code
 read it, when each chunk was due and when it really handed each chunk to the socket. A load
 generator on the same machine reports TTFT and inter-token gaps; each of its requests is
-matched one-to-one to the simulator's record of that request (ours by prompt content, AIPerf by
-its X-Request-ID header, GuideLLM by prompt content), and
+matched one-to-one to the simulator's record of that request (ours and naive by prompt content,
+AIPerf by its X-Request-ID header, GuideLLM by prompt content), and
 
     TTFT error   = reported TTFT - (first chunk written - request arrived)
     (also shown against the simulator's read: reported TTFT - (first chunk written - request read))
@@ -18,13 +18,20 @@ arrived - client sent) and the response leg (client saw the first chunk - simula
 loopback transfer itself is tens of microseconds (printed as `loopback one-way`). Results and
 method: benchmarks/engine/ACCURACY.md.
 
-The same script runs NVIDIA AIPerf and GuideLLM (each from PyPI, each in its own virtualenv
-under ~/.cache/v100site-bench, created on first use) against a fresh simulator at the same
-loads: closed loop, N streams, fixed prompt and output lengths, /v1/completions, streaming.
+The same script runs NVIDIA AIPerf, GuideLLM and `naive` (the obvious aiohttp client,
+scripts/naive_aiohttp.py) against a fresh simulator at the same loads, each from PyPI in its
+own virtualenv under ~/.cache/v100site-bench, created on first use: closed loop, N streams,
+fixed prompt and output lengths, /v1/completions, streaming. Ours runs in this process or
+sharded over processes (`--ours-procs 1,2`: benchmarks.engine.shards), AIPerf with its default
+worker count or another (`--aiperf-workers 0,2`: its --workers-max). Beside the errors, a second
+table gives what each client cost: its CPU time (all its processes, children included, sampled
+from /proc) over the span its measured requests ran, per chunk; its own event loop's lag (ours'
+ClientMonitor, the naive client's probe of the same kind; AIPerf and GuideLLM say nothing of
+theirs); and the simulator's schedule lag during its run.
 Always compare tools within one run: the machine is shared and its load changes the numbers.
 
-    .venv/bin/python scripts/bench_accuracy.py [--loads 8,256] [--tools ours,aiperf,guidellm]
-                                                [--requests N] [--json results.json]
+    .venv/bin/python scripts/bench_accuracy.py [--loads 8,256] [--tools ours,naive,aiperf,guidellm]
+        [--requests N | N1,N2] [--ours-procs 1,2] [--aiperf-workers 0,2] [--json r.json] [--md r.md]
 """
 from __future__ import annotations
 
@@ -33,6 +40,8 @@ import asyncio
 import json
 import os
 import platform
+import random
+import re
 import resource
 import shutil
 import socket
@@ -47,13 +56,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import httpcore  # noqa: E402
+import httpx  # noqa: E402
+
 from benchmarks.engine.client import Load, Session, Target, Workload  # noqa: E402
+from benchmarks.engine.client_figures import ClientFigures  # noqa: E402
 from benchmarks.engine.metrics import percentile  # noqa: E402
+from benchmarks.engine.shards import measure_level  # noqa: E402
 from benchmarks.engine.simulator import SimConfig, SimulatorProcess, prompt_key  # noqa: E402
 
 CACHE = Path(os.environ.get("V100SITE_BENCH_CACHE", Path.home() / ".cache" / "v100site-bench"))
-TOOLS = ("ours", "aiperf", "guidellm")
-PACKAGES = {"aiperf": ["aiperf"], "guidellm": ["guidellm"]}
+TOOLS = ("ours", "naive", "aiperf", "guidellm")
+# Each external tool's virtualenv: what pip installs there; its first package names its version.
+PACKAGES = {"aiperf": ["aiperf"], "guidellm": ["guidellm"], "naive": ["aiohttp"]}
+NAIVE_SCRIPT = ROOT / "scripts" / "naive_aiohttp.py"
 MODEL = "sim-model"
 
 # A 7B model on a V100, roughly: prefill 30 ms + 0.1 ms per prompt token, 25 tok/s decode.
@@ -138,17 +154,97 @@ def children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+SAMPLER_CODE = r'''
+import os, sys, time
+root, interval, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+skip = {int(p) for p in sys.argv[4:]} | {os.getpid()}
+tick = os.sysconf("SC_CLK_TCK")
+
+def children(pid):
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    kids = []
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                kids += [int(k) for k in f.read().split()]
+        except OSError:
+            pass
+    return kids
+
+with open(out, "w") as f:
+    while True:
+        now, todo, lines = time.perf_counter(), [root], []
+        while todo:
+            pid = todo.pop()
+            if pid in skip:
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as s:
+                    fields = s.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            lines.append(f"{now:.6f} {pid} {(int(fields[11]) + int(fields[12])) / tick}\n")
+            todo += children(pid)
+        f.writelines(lines)
+        f.flush()
+        time.sleep(interval)
+'''
+
+
+class TreeCPU:
+    """CPU time of a process and all its descendants (AIPerf's services and workers, our shards),
+    sampled every `interval` s on the machine's monotonic clock by a separate small process (so
+    that it takes no GIL from a client measured in this process). `per_process(t0, t1)` is the CPU the
+    tree's processes used in that span (each one's samples interpolated), to count only what a tool spent
+    while its measured requests ran, not its start-up."""
+
+    def __init__(self, root: int, skip: list[int] = (), interval: float = 0.2):
+        self.path = Path(tempfile.mkstemp(prefix="tree-cpu-", suffix=".txt")[1])
+        self.proc = subprocess.Popen([sys.executable, "-c", SAMPLER_CODE, str(root), str(interval), str(self.path),
+                                      *map(str, skip)])
+        self.series: dict[int, list[tuple[float, float]]] = {}
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(5)
+        for line in self.path.read_text().splitlines():
+            t, pid, cpu = line.split()
+            self.series.setdefault(int(pid), []).append((float(t), float(cpu)))
+        self.path.unlink(missing_ok=True)
+
+    def per_process(self, t0: float, t1: float) -> dict[int, float]:
+        """CPU seconds each process of the tree used between t0 and t1."""
+        def at(points: list[tuple[float, float]], t: float) -> float:
+            if t <= points[0][0]:
+                return points[0][1]
+            for (ta, ca), (tb, cb) in zip(points, points[1:]):
+                if t <= tb:
+                    return ca + (cb - ca) * (t - ta) / (tb - ta) if tb > ta else cb
+            return points[-1][1]
+
+        return {pid: at(p, t1) - at(p, t0) for pid, p in self.series.items()}
+
+
 # ----------------------------------------------------------------------------- venvs
 def venv_bin(tool: str) -> Path:
     return CACHE / tool / "bin"
+
+
+def installed(tool: str) -> bool:
+    """The tool's virtualenv holds it: its command (AIPerf, GuideLLM), or aiohttp (naive)."""
+    if tool == "naive":
+        return any((CACHE / tool).glob("lib/python3*/site-packages/aiohttp/__init__.py"))
+    return (venv_bin(tool) / tool).exists()
 
 
 def ensure_venv(tool: str, log) -> Path | None:
     """The tool's own virtualenv under CACHE, created and pip-installed on first use.
     Returns its bin/ or None (the reason is logged)."""
     bin_dir = venv_bin(tool)
-    exe = bin_dir / tool
-    if exe.exists():
+    if installed(tool):
         return bin_dir
     CACHE.mkdir(parents=True, exist_ok=True)
     log(f"[{tool}] creating {CACHE / tool} and installing from PyPI (first use; minutes) ...")
@@ -163,12 +259,13 @@ def ensure_venv(tool: str, log) -> Path | None:
         if proc.returncode != 0 and "torch==" not in " ".join(step):
             log(f"[{tool}] install failed: {' '.join(step)}\n{proc.stderr[-2000:]}")
             return None
-    return bin_dir if exe.exists() else None
+    return bin_dir if installed(tool) else None
 
 
 def tool_version(tool: str) -> str:
     try:
-        out = subprocess.run([str(venv_bin(tool) / "pip"), "show", tool], capture_output=True, text=True).stdout
+        out = subprocess.run([str(venv_bin(tool) / "pip"), "show", PACKAGES[tool][0]], capture_output=True,
+                             text=True).stdout
         return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Version:")), "?")
     except OSError:
         return "?"
@@ -249,6 +346,8 @@ class Errors:
         self.matched = 0
         self.unmatched = 0
         self.buffered = 0
+        self.span: tuple[float, float] | None = None  # first arrival .. last chunk written
+        self.chunks = 0
 
     def add(self, t: dict, ttft: float, gaps: list[float] | None = None, mean_itl: float | None = None,
             sent: float | None = None, first_seen: float | None = None) -> None:
@@ -272,6 +371,9 @@ class Errors:
             self.mean_itl_err.append(mean_itl - (chunks[-1] - chunks[0]) / (len(chunks) - 1))
         self.lag.extend(c - (t["due"] + k * t["step"]) for k, c in enumerate(chunks))
         self.buffered += t.get("buffered", 0)
+        self.chunks += len(chunks)
+        first, last = self.span or (arrived, chunks[-1])
+        self.span = (min(first, arrived), max(last, chunks[-1]))
 
     def report(self) -> dict:
         abs_gap = [abs(x) for x in self.gap_err]
@@ -290,57 +392,98 @@ class Errors:
 
 
 # ----------------------------------------------------------------------------- ours
-class TracedSession(Session):
-    """Our engine, unchanged, plus a note of which prompt each measured request carried (to
-    find it in the simulator's truth)."""
+class IndexedSession(Session):
+    """Our engine, unchanged, but for its prompts: request i's tokens are drawn from a generator
+    seeded with i (same length, same pool), so that the script knows every request's prompt and
+    finds it in the simulator's truth, whichever shard process sent it."""
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.prompt_of: dict[int, int] = {}
-
-    async def send(self, index, prompt, max_tokens, t0, scheduled=None, prompt_tokens_asked=None, **more):
-        if index >= 0:
-            self.prompt_of[index] = prompt_key(prompt)
-        return await super().send(index, prompt, max_tokens, t0, scheduled, prompt_tokens_asked, **more)
+    def request(self, i: int, *args, **kwargs):
+        prompt, asked, output = super().request(i, *args, **kwargs)
+        if i >= 0 and isinstance(prompt, list) and self.prompts.pool:
+            prompt = random.Random(i).choices(self.prompts.pool, k=len(prompt))
+        return prompt, asked, output
 
 
-async def _run_ours(url: str, streams: int, n: int, prompt_tokens: int, output_tokens: int):
+async def _run_ours(url: str, streams: int, n: int, prompt_tokens: int, output_tokens: int, processes: int):
     wl = Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, temperature=0.0,
                   warmup_requests=2, seed=1)
     load = Load(concurrency=streams, requests=n)
-    session = TracedSession(Target(url, "vllm"), wl, loads=[load])
+    session = IndexedSession(Target(url, "vllm"), wl, loads=[load])
     try:
         pf = await session.preflight()
         if not pf.ok:
             raise RuntimeError(pf.cause)
         await session.prepare(pf.model)
-        outcome = await session.measure(load)
-        return outcome, session.prompt_of
+        if not session.prompts.pool:
+            raise RuntimeError("the simulator gave no token pool: prompts could not be matched")
+        index_of = {prompt_key(session.request(i)[0]): i for i in range(n)}
+        if processes <= 1:
+            await session.open_connections(streams)
+        outcome = await measure_level(session, load, processes, why=f"--ours-procs {processes}")
+        return outcome, index_of
     finally:
         await session.close()
 
 
-def run_ours(url: str, streams: int, n: int, args) -> tuple[dict, list[dict]]:
-    cpu0, w0 = time.process_time(), time.perf_counter()
-    outcome, prompt_of = asyncio.run(_run_ours(url, streams, n, args.prompt_tokens, args.output_tokens))
-    info = {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - w0,
-            "client": outcome.client, "failed": sum(1 for r in outcome.results if not r.ok)}
+def run_ours(url: str, streams: int, n: int, args, processes: int = 1) -> tuple[dict, list[dict]]:
+    # This process and its shard processes (counted once they are joined, at the level's end).
+    cpu0, children0, w0 = time.process_time(), children_cpu_s(), time.perf_counter()
+    outcome, index_of = asyncio.run(_run_ours(url, streams, n, args.prompt_tokens, args.output_tokens, processes))
+    figures = ClientFigures.from_dict(outcome.client)
+    info = {"cpu_s": time.process_time() - cpu0 + children_cpu_s() - children0, "wall_s": time.perf_counter() - w0,
+            "client": outcome.client, "failed": sum(1 for r in outcome.results if not r.ok),
+            "processes": figures.processes, "loop_lag_ms": {"p99": figures.loop_lag_ms_p99, "max": figures.loop_lag_ms_max}}
+    key_of = {i: key for key, i in index_of.items()}
     records = []
     for r in outcome.results:
         if not r.ok or r.first_content is None:
             continue
         sent = outcome.t0 + r.sent
         ct = r.chunk_times
-        records.append({"match": ("prompt", prompt_of.get(r.index)), "ttft": r.first_content,
+        records.append({"match": ("prompt", key_of.get(r.index)), "ttft": r.first_content,
                         "gaps": [b - a for a, b in zip(ct, ct[1:])],
                         "mean_itl": (ct[-1] - ct[0]) / (len(ct) - 1) if len(ct) > 1 else None,
                         "sent": sent, "first_seen": sent + r.first_content})
     return info, records
 
 
+# ----------------------------------------------------------------------------- naive aiohttp
+def run_naive(url: str, streams: int, n: int, args, workdir: Path, log, on_start=None):
+    out = workdir / f"naive-{streams}"
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [str(venv_bin("naive") / "python"), str(NAIVE_SCRIPT), "--url", url, "--model", MODEL,
+           "--streams", str(streams), "--requests", str(n), "--prompt-tokens", str(args.prompt_tokens),
+           "--output-tokens", str(args.output_tokens), "--out", str(out / "naive.json")]
+    info = _run_tool(cmd, out / "stdout.log", args.tool_timeout, log, on_start)
+    info["command"] = " ".join(cmd)
+    records = []
+    path = out / "naive.json"
+    if not path.exists():
+        info["error"] = f"no {path.name} (exit {info['rc']}): " + info.get("tail", "")
+        return info, records
+    data = json.loads(path.read_text())
+    lags = [x * 1000 for x in data["loop_lag_s"]]
+    info.update(processes=1, loop_lag_ms={"p50": pct(lags, 50), "p99": pct(lags, 99), "max": max(lags, default=None)},
+                own_measured_cpu_s=data["measured_cpu_s"], own_measured_wall_s=data["measured_wall_s"],
+                failed=sum(1 for r in data["records"] if r["error"]))
+    for r in data["records"]:
+        ct = r["chunks"]
+        if r["error"] or not ct:
+            continue
+        records.append({"match": ("prompt", prompt_key(r["prompt"])), "ttft": ct[0] - r["sent"],
+                        "gaps": [b - a for a, b in zip(ct, ct[1:])],
+                        "mean_itl": (ct[-1] - ct[0]) / (len(ct) - 1) if len(ct) > 1 else None,
+                        "sent": r["sent"], "first_seen": ct[0]})
+    return info, records
+
+
 # ----------------------------------------------------------------------------- AIPerf
-def run_aiperf(url: str, streams: int, n: int, args, tokenizer: Path, workdir: Path, log):
-    out = workdir / f"aiperf-{streams}"
+def run_aiperf(url: str, streams: int, n: int, args, tokenizer: Path, workdir: Path, log, on_start=None,
+               workers: int = 0):
+    """AIPerf's closed loop (`--concurrency`) in its own processes: a system controller, dataset,
+    timing and records managers, record processors and `workers` worker processes (0: its own
+    default, max(1, min(int(cores * 0.75) - 1, 32)) capped by the concurrency: 1 on 2 cores)."""
+    out = workdir / f"aiperf-{streams}-w{workers}"
     cmd = [str(venv_bin("aiperf") / "aiperf"), "profile", "--model", MODEL, "--url", url,
            "--endpoint-type", "completions", "--streaming", "--tokenizer", str(tokenizer),
            "--isl", str(args.prompt_tokens), "--isl-stddev", "0",
@@ -348,9 +491,12 @@ def run_aiperf(url: str, streams: int, n: int, args, tokenizer: Path, workdir: P
            "--extra-inputs", "ignore_eos:true", "--concurrency", str(streams),
            "--request-count", str(n), "--warmup-request-count", str(streams),
            "--random-seed", "1", "--artifact-dir", str(out), "--ui", "none",
-           "--no-server-metrics", "--no-gpu-telemetry"]
-    info = _run_tool(cmd, out / "stdout.log", args.tool_timeout, log)
+           "--no-server-metrics", "--no-gpu-telemetry"] + (["--workers-max", str(workers)] if workers else [])
+    info = _run_tool(cmd, out / "stdout.log", args.tool_timeout, log, on_start)
     info["command"] = " ".join(cmd)
+    # The worker processes it really started (its log names each once it registered).
+    if (out / "stdout.log").exists():
+        info["workers"] = len(set(re.findall(r"Registered: Worker \('([^']+)'\)", (out / "stdout.log").read_text())))
     offset = wall_minus_mono()
     records = []
     path = out / "profile_export.jsonl"
@@ -374,7 +520,7 @@ def run_aiperf(url: str, streams: int, n: int, args, tokenizer: Path, workdir: P
 
 
 # ----------------------------------------------------------------------------- GuideLLM
-def run_guidellm(url: str, streams: int, n: int, args, tokenizer: Path, workdir: Path, log):
+def run_guidellm(url: str, streams: int, n: int, args, tokenizer: Path, workdir: Path, log, on_start=None):
     out = workdir / f"guidellm-{streams}"
     out.mkdir(parents=True, exist_ok=True)
     scenario = {"spec": {
@@ -392,7 +538,7 @@ def run_guidellm(url: str, streams: int, n: int, args, tokenizer: Path, workdir:
     (out / "scenario.json").write_text(json.dumps(scenario, indent=1))
     cmd = [str(venv_bin("guidellm") / "guidellm"), "run", "-c", str(out / "scenario.json"),
            "--disable-console-interactive"]
-    info = _run_tool(cmd, out / "stdout.log", args.tool_timeout, log)
+    info = _run_tool(cmd, out / "stdout.log", args.tool_timeout, log, on_start)
     info["command"] = " ".join(cmd) + "  # scenario.json: " + json.dumps(scenario["spec"])
     offset = wall_minus_mono()
     records = []
@@ -420,17 +566,23 @@ def run_guidellm(url: str, streams: int, n: int, args, tokenizer: Path, workdir:
     return info, records
 
 
-def _run_tool(cmd: list[str], log_path: Path, timeout: float, log) -> dict:
+def _run_tool(cmd: list[str], log_path: Path, timeout: float, log, on_start=None) -> dict:
+    """Run an external tool to its end; `on_start(pid)` is called once it is started."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # No HF_HUB_OFFLINE: the tokenizer is a local directory, and AIPerf 0.13 in offline mode
     # looks a local path up in the Hub cache as if it were a repository id, and fails.
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", NO_COLOR="1", TERM="dumb", COLUMNS="200")
     cpu0, w0 = children_cpu_s(), time.perf_counter()
     with open(log_path, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=log_path.parent,
+                                stdin=subprocess.DEVNULL)
+        if on_start is not None:
+            on_start(proc.pid)
         try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout,
-                                cwd=log_path.parent, stdin=subprocess.DEVNULL).returncode
+            rc = proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
             rc = "timeout"
     info = {"rc": rc, "cpu_s": children_cpu_s() - cpu0, "wall_s": time.perf_counter() - w0}
     if rc != 0:
@@ -440,19 +592,45 @@ def _run_tool(cmd: list[str], log_path: Path, timeout: float, log) -> dict:
 
 
 # ----------------------------------------------------------------------------- one run
-def measure(tool: str, streams: int, n: int, args, tokenizer: Path | None, workdir: Path, log) -> dict:
+def variants(tools: list[str], ours_procs: list[int], aiperf_workers: list[int]) -> list[tuple[str, str, int]]:
+    """(label, tool, setting) of every client to run: ours once per process count, AIPerf once
+    per worker setting (0: its default), the others once."""
+    out = []
+    for tool in tools:
+        if tool == "ours":
+            out += [("ours" if p == 1 else f"ours ×{p}", tool, p) for p in ours_procs]
+        elif tool == "aiperf":
+            out += [("aiperf" if w == 0 else f"aiperf {w}w", tool, w) for w in aiperf_workers]
+        else:
+            out.append((tool, tool, 0))
+    return out
+
+
+def measure(label: str, tool: str, setting: int, streams: int, n: int, args, tokenizer: Path | None,
+            workdir: Path, log) -> dict:
     slots = max(1024, streams * 2)
     cfg = SimConfig(dialect="vllm", model=MODEL, prefill_ms=PREFILL_MS,
                     prefill_ms_per_token=PREFILL_MS_PER_TOKEN, decode_ms=DECODE_MS, slots=slots, truth=True)
     load0 = os.getloadavg()
+    samplers: list[TreeCPU] = []
     with SimulatorProcess(cfg) as sim:
         sim_cpu0 = proc_cpu_s(sim.proc.pid)
-        if tool == "ours":
-            info, records = run_ours(sim.url, streams, n, args)
-        elif tool == "aiperf":
-            info, records = run_aiperf(sim.url, streams, n, args, tokenizer, workdir, log)
-        else:
-            info, records = run_guidellm(sim.url, streams, n, args, tokenizer, workdir, log)
+        try:
+            if tool == "ours":  # this process (the simulator aside) and its shards
+                samplers.append(TreeCPU(os.getpid(), skip=[sim.proc.pid]))
+                info, records = run_ours(sim.url, streams, n, args, processes=setting)
+            else:
+                def start(pid: int) -> None:
+                    samplers.append(TreeCPU(pid))
+                if tool == "naive":
+                    info, records = run_naive(sim.url, streams, n, args, workdir, log, start)
+                elif tool == "aiperf":
+                    info, records = run_aiperf(sim.url, streams, n, args, tokenizer, workdir, log, start, setting)
+                else:
+                    info, records = run_guidellm(sim.url, streams, n, args, tokenizer, workdir, log, start)
+        finally:
+            for sampler in samplers:
+                sampler.stop()
         sim_cpu = proc_cpu_s(sim.proc.pid) - sim_cpu0
         truth = sim.truth()
     info["loadavg_before"] = [round(x, 2) for x in load0]
@@ -472,7 +650,19 @@ def measure(tool: str, streams: int, n: int, args, tokenizer: Path | None, workd
             errors.unmatched += 1
             continue
         errors.add(found[0], rec["ttft"], rec["gaps"], rec["mean_itl"], rec["sent"], rec["first_seen"])
-    return {"tool": tool, "streams": streams, "requests": n, "info": info, **errors.report()}
+    # The client's CPU while its measured requests ran: from the first one's arrival at the
+    # simulator to the last one's last chunk (start-up, warm-up and writing results left out).
+    if errors.span and samplers:
+        t0, t1 = errors.span
+        used = samplers[0].per_process(t0, t1)
+        cpu = sum(used.values())
+        # Processes that ran in the span (a clock tick of CPU or more), not idle helpers.
+        busy = sum(1 for x in used.values() if x >= 0.01)
+        info.update(measured_span_s=t1 - t0, measured_cpu_s=cpu, client_processes_busy=busy,
+                    chunks_per_s=errors.chunks / (t1 - t0) if t1 > t0 else None,
+                    cpu_us_per_chunk=cpu / errors.chunks * 1e6 if errors.chunks else None)
+    return {"tool": label, "kind": tool, "setting": setting, "streams": streams, "requests": n, "info": info,
+            **errors.report()}
 
 
 # ----------------------------------------------------------------------------- output
@@ -480,33 +670,60 @@ def fmt(x, digits=1) -> str:
     return "–" if x is None else f"{x:+.{digits}f}" if digits >= 0 else f"{x:.0f}"
 
 
-def table(results: list[dict]) -> str:
-    head = ("| tool | streams | matched | TTFT error p50 / p99 (ms) | TTFT error vs simulator's read p50 / p99 "
-            "| request leg p50 / p99 | response leg p50 / p99 "
-            "| gap error abs p50 / p99 (ms) | mean-ITL error abs p50 / p99 (ms) "
-            "| simulator schedule lag p50 / p99 (ms) | tool CPU s | sim CPU % | load avg |")
-    lines = [head, "|" + "---|" * 13]
+def markdown(head: list[str], results: list[dict], row) -> str:
+    """A markdown table: one line per result, `row(result)` its cells after tool and streams."""
+    lines = ["| " + " | ".join(["tool", "streams", *head]) + " |", "|" + "---|" * (len(head) + 2)]
     for r in results:
-        if r.get("skipped"):
-            lines.append(f"| {r['tool']} | {r['streams']} | – | {r['skipped']} |" + " |" * 9)
-            continue
-        t, g, m, s = r["ttft_error_ms"], r["gap_abs_error_ms"], r["mean_itl_abs_error_ms"], r["schedule_lag_ms"]
-        tr, rq, rs = r["ttft_error_vs_read_ms"], r["request_leg_ms"], r["response_leg_ms"]
-        lines.append(
-            f"| {r['tool']} | {r['streams']} | {r['matched']}/{r['matched'] + r['unmatched']} "
-            f"| {fmt(t.get('p50'), 2)} / {fmt(t.get('p99'), 2)} | {fmt(tr.get('p50'), 2)} / {fmt(tr.get('p99'), 2)} "
-            f"| {fmt(rq.get('p50'), 2)} / {fmt(rq.get('p99'), 2)} | {fmt(rs.get('p50'), 2)} / {fmt(rs.get('p99'), 2)} "
-            f"| {fmt(g.get('p50'), 2)} / {fmt(g.get('p99'), 2)} | {fmt(m.get('p50'), 3)} / {fmt(m.get('p99'), 3)} "
-            f"| {fmt(s.get('p50'), 2)} / {fmt(s.get('p99'), 2)} | {r['info'].get('cpu_s', 0):.1f} "
-            f"| {r['info'].get('simulator_cpu_percent') or 0:.0f} | {r['info']['loadavg_before'][0]:.2f} |")
+        cells = [r["skipped"]] + [""] * (len(head) - 1) if r.get("skipped") else row(r)
+        lines.append("| " + " | ".join([r["tool"], str(r["streams"]), *cells]) + " |")
     return "\n".join(lines)
+
+
+def pair(d: dict, digits: int = 2) -> str:
+    return f"{fmt(d.get('p50'), digits)} / {fmt(d.get('p99'), digits)}"
+
+
+def table(results: list[dict]) -> str:
+    head = ["matched", "TTFT error p50 / p99 (ms)", "TTFT error vs simulator's read p50 / p99",
+            "request leg p50 / p99", "response leg p50 / p99", "gap error abs p50 / p99 (ms)",
+            "mean-ITL error abs p50 / p99 (ms)", "simulator schedule lag p50 / p99 (ms)", "tool CPU s", "sim CPU %",
+            "load avg"]
+
+    def row(r: dict) -> list[str]:
+        return [f"{r['matched']}/{r['matched'] + r['unmatched']}", pair(r["ttft_error_ms"]),
+                pair(r["ttft_error_vs_read_ms"]), pair(r["request_leg_ms"]), pair(r["response_leg_ms"]),
+                pair(r["gap_abs_error_ms"]), pair(r["mean_itl_abs_error_ms"], 3), pair(r["schedule_lag_ms"]),
+                f"{r['info'].get('cpu_s', 0):.1f}", f"{r['info'].get('simulator_cpu_percent') or 0:.0f}",
+                f"{r['info']['loadavg_before'][0]:.2f}"]
+
+    return markdown(head, results, row)
+
+
+def cost_table(results: list[dict]) -> str:
+    """What each client spent and how prompt its own loop was, beside what the simulator kept."""
+    head = ["client processes busy in the span", "chunks/s", "client CPU s in the measured span", "µs CPU per chunk",
+            "client loop lag p50 / p99 / max (ms)", "simulator schedule lag p50 / p99 (ms)", "tool CPU s, whole run",
+            "load avg"]
+
+    def num(x, digits: int) -> str:
+        return "–" if x is None else f"{x:,.{digits}f}"
+
+    def row(r: dict) -> list[str]:
+        i = r["info"]
+        lag = i.get("loop_lag_ms") or {}
+        return [str(i.get("client_processes_busy", "–")), num(i.get("chunks_per_s"), 0),
+                num(i.get("measured_cpu_s"), 1), num(i.get("cpu_us_per_chunk"), 0),
+                f"{num(lag.get('p50'), 2)} / {num(lag.get('p99'), 2)} / {num(lag.get('max'), 1)}",
+                pair(r["schedule_lag_ms"]), f"{i.get('cpu_s', 0):.1f}", f"{i['loadavg_before'][0]:.2f}"]
+
+    return markdown(head, results, row)
 
 
 def ratios(results: list[dict]) -> list[str]:
     out = []
     for streams in sorted({r["streams"] for r in results}):
         ours = next((r for r in results if r["tool"] == "ours" and r["streams"] == streams and not r.get("skipped")), None)
-        others = [r for r in results if r["tool"] != "ours" and r["streams"] == streams
+        others = [r for r in results if r.get("kind", r["tool"]) != "ours" and r["streams"] == streams
                   and not r.get("skipped") and r["ttft_error_ms"].get("n")]
         if not ours or not others or not ours["ttft_error_ms"].get("n"):
             continue
@@ -524,12 +741,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--loads", default="8,256", help="comma-separated stream counts (closed loop)")
     ap.add_argument("--tools", default=",".join(TOOLS), help="comma-separated: " + ",".join(TOOLS))
-    ap.add_argument("--requests", type=int, default=0,
-                    help="measured requests per load (default: max(64, 4 x streams))")
+    ap.add_argument("--requests", default="",
+                    help="measured requests per load: one number, or one per load (default: max(64, 4 x streams))")
+    ap.add_argument("--ours-procs", default="1", help="comma-separated process counts for ours (2: sharded over 2 "
+                                                      "processes, benchmarks.engine.shards)")
+    ap.add_argument("--aiperf-workers", default="0", help="comma-separated AIPerf --workers-max values (0: its "
+                                                          "default, 1 worker on 2 cores)")
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--tool-timeout", type=float, default=900.0, help="seconds per external tool run")
     ap.add_argument("--json", default="", help="write every result (and the raw summaries) here")
+    ap.add_argument("--md", default="", help="write the tables, machine, versions and date here (markdown)")
     ap.add_argument("--keep", default="", help="keep the tools' own result files in this directory")
     args = ap.parse_args(argv)
     loads = [int(x) for x in args.loads.split(",") if x]
@@ -537,6 +759,13 @@ def main(argv=None) -> int:
     for t in tools:
         if t not in TOOLS:
             ap.error(f"unknown tool {t!r}")
+    asked = [int(x) for x in args.requests.split(",") if x]
+    if len(asked) not in (0, 1, len(loads)):
+        ap.error("--requests: one number, or one per load")
+    requests = {streams: (asked[k] if len(asked) == len(loads) else asked[0]) if asked else max(64, 4 * streams)
+                for k, streams in enumerate(loads)}
+    clients = variants(tools, [int(x) for x in args.ours_procs.split(",") if x],
+                       [int(x) for x in args.aiperf_workers.split(",") if x])
 
     started = time.perf_counter()
 
@@ -556,12 +785,15 @@ def main(argv=None) -> int:
             usable.append(t)
         else:
             skipped[t] = "could not be installed (see the log above)"
-    tokenizer = ensure_tokenizer(log) if any(t != "ours" for t in usable) else None
-    if any(t != "ours" for t in usable) and tokenizer is None:
-        for t in [t for t in usable if t != "ours"]:
+    needs_tokenizer = [t for t in usable if t in ("aiperf", "guidellm")]
+    tokenizer = ensure_tokenizer(log) if needs_tokenizer else None
+    if needs_tokenizer and tokenizer is None:
+        for t in needs_tokenizer:
             usable.remove(t)
             skipped[t] = "no local tokenizer could be built"
-    versions = {t: tool_version(t) for t in usable if t != "ours"}
+    versions = {"ours (httpx / httpcore)": f"{httpx.__version__} / {httpcore.__version__}",
+                **{f"{t} ({PACKAGES[t][0]})" if t == "naive" else t: tool_version(t) for t in usable if t != "ours"}}
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     log(f"tools: {usable} {versions} skipped: {skipped}")
 
     keep = Path(args.keep) if args.keep else None
@@ -569,34 +801,41 @@ def main(argv=None) -> int:
     results = []
     try:
         for streams in loads:
-            n = args.requests or max(64, 4 * streams)
-            for tool in tools:
+            n = requests[streams]
+            for label, tool, setting in clients:
                 if tool in skipped:
-                    results.append({"tool": tool, "streams": streams, "skipped": skipped[tool]})
+                    results.append({"tool": label, "kind": tool, "streams": streams, "skipped": skipped[tool]})
                     continue
-                log(f"{tool} at {streams} streams, {n} requests (load average {os.getloadavg()[0]:.2f}) ...")
-                r = measure(tool, streams, n, args, tokenizer, workdir, log)
+                log(f"{label} at {streams} streams, {n} requests (load average {os.getloadavg()[0]:.2f}) ...")
+                r = measure(label, tool, setting, streams, n, args, tokenizer, workdir, log)
                 results.append(r)
-                t = r["ttft_error_ms"]
+                t, i = r["ttft_error_ms"], r["info"]
                 log(f"  matched {r['matched']}/{r['matched'] + r['unmatched']}, TTFT error p50 "
                     f"{fmt(t.get('p50'), 2)} ms p99 {fmt(t.get('p99'), 2)} ms, schedule lag p99 "
-                    f"{fmt(r['schedule_lag_ms'].get('p99'), 2)} ms, {r['info'].get('wall_s', 0):.0f} s"
-                    + (f"  ERROR {r['info']['error'][:300]}" if r["info"].get("error") else ""))
+                    f"{fmt(r['schedule_lag_ms'].get('p99'), 2)} ms, CPU {i.get('measured_cpu_s') or 0:.1f} s in "
+                    f"{i.get('measured_span_s') or 0:.1f} s, loop lag p99 {(i.get('loop_lag_ms') or {}).get('p99')}, "
+                    f"{i.get('wall_s', 0):.0f} s" + (f"  ERROR {i['error'][:300]}" if i.get("error") else ""))
     finally:
         if keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
     total = time.perf_counter() - started
-    print()
-    print(table(results))
-    print()
-    for line in ratios(results):
-        print(line)
-    print(f"\nloopback one-way {machine['loopback_one_way_us']} us; load average at start "
-          f"{machine['loadavg_start'][0]:.2f}, at end {os.getloadavg()[0]:.2f}; the script took {total:.0f} s")
+    machine["loadavg_end"] = os.getloadavg()
+    report = "\n\n".join([table(results), cost_table(results), "\n".join(ratios(results)),
+                           f"loopback one-way {machine['loopback_one_way_us']} us; load average at start "
+                           f"{machine['loadavg_start'][0]:.2f}, at end {machine['loadavg_end'][0]:.2f}; "
+                           f"the script took {total:.0f} s"])
+    print("\n" + report)
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine, "versions": versions, "args": vars(args),
-                                               "results": results, "seconds": total}, indent=1))
+        Path(args.json).write_text(json.dumps({"date": date, "machine": machine, "versions": versions,
+                                               "args": vars(args), "results": results, "seconds": total}, indent=1))
+    if args.md:
+        Path(args.md).write_text(
+            f"# Load generators against the simulator's truth ({date})\n\n"
+            f"Machine: {machine['cpus']} cores, {machine['cpu']}, Linux {machine['kernel']}, Python "
+            f"{machine['python']}. Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".\n\n"
+            f"Command: `{' '.join(['scripts/bench_accuracy.py', *(argv if argv is not None else sys.argv[1:])])}`\n\n"
+            + report + "\n")
     return 0
 
 
