@@ -392,6 +392,20 @@ class Errors:
 
 
 # ----------------------------------------------------------------------------- ours
+class TracedSession(Session):
+    """Our engine, unchanged, plus a note of which prompt each measured request carried (to
+    find it in the simulator's truth); the engine's own tests (tests/test_engine_client.py) use it."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.prompt_of: dict[int, int] = {}
+
+    async def send(self, index, prompt, max_tokens, t0, scheduled=None, prompt_tokens_asked=None, **more):
+        if index >= 0:
+            self.prompt_of[index] = prompt_key(prompt)
+        return await super().send(index, prompt, max_tokens, t0, scheduled, prompt_tokens_asked, **more)
+
+
 class IndexedSession(Session):
     """Our engine, unchanged, but for its prompts: request i's tokens are drawn from a generator
     seeded with i (same length, same pool), so that the script knows every request's prompt and
