@@ -13,9 +13,9 @@ while the simulator itself kept its schedule (its own lag, chunk written - chunk
 reported beside each line: a level where the simulator fell behind says so, since then the
 server, not the client, was the limit). The first width that fails ends the ladder for that P.
 
-Standalone: needs only Python 3.11+ and httpx 0.28.1 / httpcore 1.0.9 (their own small
-dependencies, h11, anyio, idna, certifi, come with them): no Django, no database, no network,
-nothing installed; it imports the engine from this repository's copy (benchmarks/engine).
+Standalone: needs only Python 3.11+, httpx 0.28.1 / httpcore 1.0.9 (their own small
+dependencies, h11, anyio, idna, certifi, come with them) and httptools 0.8.0: no Django, no
+database, no network, nothing installed; it imports the engine from this repository's copy (benchmarks/engine).
 About 6 minutes at most for the five process counts (`--budget-s`, default 330 s, bounds the
 measuring; a process count it cannot reach in time is reported as skipped):
 
@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpcore  # noqa: E402
+import httptools  # noqa: E402
 import httpx  # noqa: E402
 
 from benchmarks.engine.client import Load, Session, Target, Workload  # noqa: E402
@@ -115,8 +116,8 @@ class ShardedSimulator:
                 proc.kill()
 
 
-async def one_level(url: str, processes: int, streams: int) -> dict:
-    load = Load(concurrency=streams, requests=streams * 3)
+async def ready_session(url: str, load: Load) -> IndexedSession:
+    """A session of this workload for `load` against the simulator at `url`, checked and warmed up."""
     session = IndexedSession(Target(url, "vllm"), Workload(prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS,
                                                           warmup_requests=1, seed=1), loads=[load])
     try:
@@ -124,6 +125,16 @@ async def one_level(url: str, processes: int, streams: int) -> dict:
         if not pf.ok:
             raise RuntimeError(pf.cause)
         await session.prepare(pf.model)
+    except BaseException:
+        await session.close()
+        raise
+    return session
+
+
+async def one_level(url: str, processes: int, streams: int) -> dict:
+    load = Load(concurrency=streams, requests=streams * 3)
+    session = await ready_session(url, load)
+    try:
         if processes == 1:
             await session.open_connections(streams)
         return await measure_level(session, load, processes)
@@ -166,7 +177,7 @@ def machine() -> dict:
         pass
     return {"cores": available_cores(), "cpu_count": os.cpu_count(), "cpu_model": model,
             "platform": platform.platform(), "python": platform.python_version(), "httpx": httpx.__version__,
-            "httpcore": httpcore.__version__, "load_1m_at_start": os.getloadavg()[0]}
+            "httpcore": httpcore.__version__, "httptools": httptools.__version__, "load_1m_at_start": os.getloadavg()[0]}
 
 
 def main(argv=None) -> None:
@@ -224,6 +235,7 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [f"Capacity ({result['when']}): {m['cores']} cores ({m['cpu_model'] or 'CPU model unknown'}), "
              f"{m['platform']}, Python {m['python']}, httpx {m['httpx']}, httpcore {m['httpcore']}, "
+             f"httptools {m.get('httptools', '(not used)')}, "
              f"load average {m['load_1m_at_start']:.2f} at the start. Highest chunk rate with loop lag p99 < "
              f"{LOOP_LAG_LIMIT_MS:g} ms and TTFT error p99 < {TTFT_ERROR_LIMIT_MS:g} ms.", "",
              "| processes | simulator processes | streams | chunks/s | loop lag p99 (ms) | TTFT error p50 / p99 (ms) "

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
 import importlib.util
+import json
 import math
+import os
 import random
 import sys
 import time
@@ -30,14 +31,14 @@ if importlib.util.find_spec("sniffio") is None:
     # fail at once, with the same outcome (httpcore then assumes asyncio).
     sys.modules.setdefault("sniffio", None)
 
-from . import backends
+from . import backends, http1
 from .addresses import AddressPolicy
 from .arrivals import Trace, block_tokens, send_times
 from .conversations import Conversation
 from .datasets import Dataset, DatasetError, Lengths, RequestPlan, sharegpt_entries
 from .metrics import RequestResult, level_wall_time, percentile
 from .stream import DONE, StreamError, parse_chunk, sse_data
-from .transport import TimedStream, endpoint_transport
+from .transport import endpoint_transport
 
 # Plain English words; tokenized by the server to get a pool of ordinary token ids.
 _WORDS = (
@@ -324,11 +325,14 @@ class Session:
         limit = max((load.max_in_flight for load in loads), default=1) + SPARE_CONNECTIONS
         self.max_connections = limit
         limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeouts.first_byte, connect=self.timeouts.connect),
-            limits=limits, headers=headers,
-            transport=endpoint_transport(target.base_url, limits, self.addresses),
-        )
+        timeout = httpx.Timeout(self.timeouts.first_byte, connect=self.timeouts.connect)
+        transport = endpoint_transport(target.base_url, limits, self.addresses)
+        self.client = httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, transport=transport)
+        # Plain HTTP: the measured requests go straight to the engine's HTTP/1.1 client (http1.py),
+        # sharing its pool with the httpx calls; HTTPS and proxies go through httpx.
+        self.http1_transport = transport if isinstance(transport, http1.Transport) else None
+        self.http1_timeouts = timeout.as_dict()
+        self.http1_heads: dict[str, tuple[httpx.URL, bytes]] = {}
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -647,36 +651,14 @@ class Session:
                                conversation=conversation, reply=[] if messages is not None else None)
         path = "/v1/chat/completions" if self.workload.api == "chat" or messages is not None else "/v1/completions"
         body = self.body(prompt, max_tokens) if messages is None else self.body(prompt, max_tokens, messages)
-        for attempt in (1, 2):
-            got_bytes = False
-            called = time.perf_counter()
-            wire = [called]
-
-            async def trace(event: str, info: dict) -> None:
-                # "Sent" is when the request starts going onto the socket, not when we asked
-                # httpx for it: the client's own queueing must not count as server latency.
-                if event.endswith("send_request_headers.started"):
-                    wire[0] = time.perf_counter()
-
+        for try_number in (1, 2):
+            attempt = _Attempt(time.perf_counter())
             try:
                 async with asyncio.timeout(self.timeouts.total):
-                    async with self.client.stream("POST", self.target.url(path), json=body,
-                                                  extensions={"trace": trace}) as resp:
-                        got_bytes = True
-                        stream = resp.extensions.get("network_stream")
-                        if not isinstance(stream, TimedStream):
-                            stream = None
-                        elif stream.request_written is not None:
-                            wire[0] = stream.request_written  # just before the send() call
-                        sent = wire[0]
-                        result.sent = sent - t0
-                        result.dispatch_delay = sent - called
-                        result.status_code = resp.status_code
-                        if resp.status_code != 200:
-                            text = (await resp.aread())[:500].decode("utf-8", "replace")
-                            result.error, result.error_kind = f"HTTP {resp.status_code}: {text}", "http"
-                            return result
-                        await self._read_stream(resp, result, sent, stream)
+                    if self.http1_transport is not None:
+                        await self._exchange_http1(path, body, result, t0, attempt)
+                    else:
+                        await self._exchange_httpx(path, body, result, t0, attempt)
                 return result
             except StreamError as exc:
                 result.error, result.error_kind = str(exc), "server" if "server error" in str(exc) else "protocol"
@@ -685,7 +667,7 @@ class Session:
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
                 # A keep-alive connection the server had already closed: safe to retry only
                 # when no byte of the response arrived.
-                if not got_bytes and attempt == 1:
+                if not attempt.answered and try_number == 1:
                     continue
                 result.error, result.error_kind = f"connection lost: {describe_error(exc)}", "protocol"
             except httpx.ConnectError as exc:
@@ -693,19 +675,80 @@ class Session:
             except httpx.HTTPError as exc:
                 result.error, result.error_kind = f"{describe_error(exc)}", "protocol"
             finally:
-                if not got_bytes:
-                    result.sent = wire[0] - t0
+                if not attempt.answered:
+                    result.sent = attempt.sent - t0
             return result
         return result
 
-    async def _read_stream(self, resp: httpx.Response, result: RequestResult, sent: float,
-                           stream: "TimedStream | None" = None) -> None:
-        """Keep every event's data with its time: when its bytes reached our socket (the
-        kernel's receive time, with a TimedStream), else when we framed it. Nothing else
-        happens per chunk while the stream runs: what the chunks say (content or not, usage,
-        errors) is read afterwards by `_parse_events` (at the level's end in `measure`), since
-        a client busy parsing times the next chunks late. A stream that ends with `[DONE]` is
-        read to its end so its connection stays in the pool."""
+    async def _exchange_http1(self, path: str, body: dict, result: RequestResult, t0: float,
+                             attempt: "_Attempt") -> None:
+        """One streamed request on the engine's HTTP/1.1 client: the socket thread frames the
+        events into `result._events` as they arrive (with the kernel's receive time of their
+        bytes); this coroutine wakes for the response's headers and its end only."""
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()  # as httpx
+        url, head = self._http1_head(path)
+        exchange = await http1.stream_events(self.http1_transport, url, head + b"Content-Length: %d\r\n\r\n" % len(data),
+                                             data, self.http1_timeouts)
+        try:
+            response = exchange.response
+            attempt.answered = True
+            attempt.sent = response.sent  # just before the send() call
+            result.sent = response.sent - t0
+            result.dispatch_delay = response.sent - attempt.called
+            result.status_code = response.status
+            if response.status != 200:
+                text = (await exchange.read_body(500)).decode("utf-8", "replace")
+                result.error, result.error_kind = f"HTTP {response.status}: {text}", "http"
+                return
+            if response.framer is None:
+                raise StreamError(response.problem)
+            result._events = (response.times, response.datas)  # filled as they come
+            await exchange.read_events()
+        finally:
+            exchange.close()
+
+    def _http1_head(self, path: str) -> tuple[httpx.URL, bytes]:
+        """The URL of `path` and the start of its POST's head, headers as httpx would send them
+        (the client's, Host first), but the body uncompressed (the events are framed as they
+        arrive, so nothing is there to undo gzip)."""
+        cached = self.http1_heads.get(path)
+        if cached is None:
+            url = httpx.URL(self.target.url(path))
+            headers = [(b"Host", url.netloc)] + [(k, v) for k, v in self.client.headers.raw
+                                                 if k.lower() != b"accept-encoding"]
+            headers += [(b"Accept-Encoding", b"identity"), (b"Content-Type", b"application/json")]
+            cached = self.http1_heads[path] = (url, http1.request_head(b"POST", url.raw_path, headers))
+        return cached
+
+    async def _exchange_httpx(self, path: str, body: dict, result: RequestResult, t0: float,
+                              attempt: "_Attempt") -> None:
+        """One streamed request through httpx (HTTPS, proxies): events timed as they are framed."""
+
+        async def trace(event: str, info: dict) -> None:
+            # "Sent" is when the request starts going onto the socket, not when we asked
+            # httpx for it: the client's own queueing must not count as server latency.
+            if event.endswith("send_request_headers.started"):
+                attempt.sent = time.perf_counter()
+
+        async with self.client.stream("POST", self.target.url(path), json=body,
+                                      extensions={"trace": trace}) as resp:
+            attempt.answered = True
+            sent = attempt.sent
+            result.sent = sent - t0
+            result.dispatch_delay = sent - attempt.called
+            result.status_code = resp.status_code
+            if resp.status_code != 200:
+                text = (await resp.aread())[:500].decode("utf-8", "replace")
+                result.error, result.error_kind = f"HTTP {resp.status_code}: {text}", "http"
+                return
+            await self._read_stream(resp, result, sent)
+
+    async def _read_stream(self, resp: httpx.Response, result: RequestResult, sent: float) -> None:
+        """Keep every event's data with the time we framed it (httpx's transports give no
+        arrival times). Nothing else happens per chunk while the stream runs: what the chunks
+        say (content or not, usage, errors) is read afterwards by `_parse_events` (at the
+        level's end in `measure`), since a client busy parsing times the next chunks late. A
+        stream that ends with `[DONE]` is read to its end so its connection stays in the pool."""
         times: list[float] = []
         datas: list[bytes] = []
         result._events = (times, datas)  # kept as they come: a stream cut short keeps its chunks
@@ -716,7 +759,7 @@ class Session:
                 await _drain(events)
                 break
             if data:
-                times.append((stream.arrived if stream is not None else perf_counter()) - sent)
+                times.append(perf_counter() - sent)
                 datas.append(data)
 
     @classmethod
@@ -973,8 +1016,8 @@ def _measuring_interpreter():
     collection holds the interpreter for 100 ms or more, which delays every stream at once;
     the few dozen cyclic objects a request leaves are collected right after the level) and a
     0.1 ms GIL switch interval instead of 5 ms. The socket-reading thread gives the GIL up in
-    every recvmsg() and epoll wait, and while the event loop is busy (a burst of chunks to
-    parse) it waits a whole switch interval to get it back each time: at 5 ms, or even 1 ms,
+    every recvmsg() and epoll wait, and while the event loop is busy (a burst of requests to
+    send) it waits a whole switch interval to get it back each time: at 5 ms, or even 1 ms,
     reading a burst from hundreds of sockets took longer than the gap to the next chunk, and
     two chunks read together can only be timed together."""
     gc_enabled, interval = gc.isenabled(), sys.getswitchinterval()
@@ -1066,6 +1109,17 @@ async def _drain(events) -> None:
                 pass
     except (TimeoutError, httpx.HTTPError, StreamError):
         pass
+
+
+class _Attempt:
+    """One try of a request: when it was handed over (`called`), when it went onto the socket
+    (`sent`), and whether any of its response came back (only then is a retry unsafe)."""
+
+    __slots__ = ("called", "sent", "answered")
+
+    def __init__(self, called: float):
+        self.called = self.sent = called
+        self.answered = False
 
 
 def describe_error(exc: BaseException) -> str:
