@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from benchmarks.engine import http1, transport
 from benchmarks.engine.addresses import AddressPolicy
-from benchmarks.engine.client import Cancelled, Load, Session, Target, Timeouts, Workload
+from benchmarks.engine.client import Load, Session, Target, Timeouts, Workload
 from benchmarks.engine.metrics import percentile
 from benchmarks.engine.simulator import prompt_key
 

@@ -3,13 +3,13 @@ server-sent events framed, in the process's one socket-reading thread as its byt
 every event kept with the kernel's receive time of the bytes that completed it.
 
 Why not httpx → httpcore → h11 for these: the measuring loop's every chunk went through six
-async generators and h11's pure-Python state machine, and every request through httpx's
-request building, auth and redirect steps and httpcore's pool: 134–144 µs of client CPU per
-chunk at 64 and 256 streams and ~2 ms per request (scripts/bench_client_cpu.py; figures in
-ACCURACY.md, "A client below httpx"), two thirds of it in those layers. Here the thread hands
-each read to httptools (llhttp, Node.js's HTTP parser, in C: status line, headers, chunked
-and Content-Length bodies, keep-alive) and feeds the body to the SSE framer (stream.py); the
-event loop is woken only when a response's headers are in and when it has ended (or failed),
+async generators and h11's pure-Python state machine (with its wake-up of the event loop),
+and every request through httpx's request building, auth and redirect steps and httpcore's
+pool: on the 2-core test machine 187–194 µs of client CPU per chunk at 64 streams and ~2 ms
+per one-token request, against 57–62 µs and ~0.4 ms here (scripts/bench_client_cpu.py;
+ACCURACY.md, "A client below httpx"). Here the thread hands each read to httptools (llhttp,
+Node.js's HTTP parser, in C: status line, headers, chunked and Content-Length bodies,
+keep-alive) and feeds the body to the SSE framer (stream.py); the event loop is woken only when a response's headers are in and when it has ended (or failed),
 not per chunk, and builds each request's bytes itself. What it covers is what the load
 generator sends: GET/POST with a known body, HTTP/1.1 keep-alive, responses with a
 Content-Length, chunked or ending with the connection. httpx stays the API for every other
@@ -37,7 +37,7 @@ from typing import Awaitable, Callable
 import httptools
 import httpx
 
-from .stream import DONE, MAX_EVENT_BYTES, SSEFramer, StreamError, event_stream_problem
+from .stream import DONE, MAX_EVENT_BYTES, SSEFramer, event_stream_problem
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one timespec
