@@ -9,8 +9,9 @@ pool: on the 2-core test machine 187–194 µs of client CPU per chunk at 64 str
 per one-token request, against 57–62 µs and ~0.4 ms here (scripts/bench_client_cpu.py;
 ACCURACY.md, "A client below httpx"). Here the thread hands each read to httptools (llhttp,
 Node.js's HTTP parser, in C: status line, headers, chunked and Content-Length bodies,
-keep-alive) and feeds the body to the SSE framer (stream.py); the event loop is woken only when a response's headers are in and when it has ended (or failed),
-not per chunk, and builds each request's bytes itself. What it covers is what the load
+keep-alive) and feeds the body to the SSE framer (stream.py); the event loop is woken only
+when a response's headers are in and when it has ended (or failed), not per chunk, and builds
+each request's bytes itself. What it covers is what the load
 generator sends: GET/POST with a known body, HTTP/1.1 keep-alive, responses with a
 Content-Length, chunked or ending with the connection. httpx stays the API for every other
 call (the `Transport` below plugs this client into it) and for HTTPS and proxies
