@@ -90,7 +90,8 @@ def main(argv=None) -> None:
                 row = {"decode_ms": decode_ms, **asyncio.run(one_width(sim.url, streams, args.rounds, profile))}
             rows.append(row)
             print(f"{streams:4d} streams at {decode_ms:g} ms/token: {row['us_per_chunk'] or 0:6.1f} µs CPU/chunk "
-                  f"(socket thread {row['reader_us_per_chunk'] or 0:5.1f}; {row['chunks']} chunks, {row['failed']} failed), loop lag p99 {row['loop_lag_ms_p99'] or 0:.2f} ms, "
+                  f"(socket thread {row['reader_us_per_chunk'] or 0:5.1f}; {row['chunks']} chunks, {row['failed']} failed), "
+                  f"loop lag p99 {row['loop_lag_ms_p99'] or 0:.2f} ms, "
                   f"wall {row['wall_s']:.2f} s, load {row['load_1m']:.2f}", flush=True)
     if profile is not None:
         profile.dump_stats(args.profile)

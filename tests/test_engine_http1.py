@@ -21,7 +21,8 @@ HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encodin
 
 
 def event(k: int) -> bytes:
-    return b"data: " + json.dumps({"choices": [{"index": 0, "text": f" t{k}", "finish_reason": None}]}).encode() + b"\n\n"
+    payload = {"choices": [{"index": 0, "text": f" t{k}", "finish_reason": None}]}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 def chunked(body_parts: list[bytes]) -> bytes:

@@ -687,8 +687,8 @@ class Session:
         bytes); this coroutine wakes for the response's headers and its end only."""
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()  # as httpx
         url, head = self._http1_head(path)
-        exchange = await http1.stream_events(self.http1_transport, url, head + b"Content-Length: %d\r\n\r\n" % len(data),
-                                             data, self.http1_timeouts)
+        head += b"Content-Length: %d\r\n\r\n" % len(data)
+        exchange = await http1.stream_events(self.http1_transport, url, head, data, self.http1_timeouts)
         try:
             response = exchange.response
             attempt.answered = True
