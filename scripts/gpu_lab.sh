@@ -3,7 +3,8 @@
 # the CUDA llama-server from a recipe, swept over --parallel, and writes start-up, memory (pynvml) and
 # speed per setting, plus one recipe that cannot fit (what "did not start" records), to OUT/gpu_lab.json.
 #   deps DIR           : here, copy the engine's pure-Python packages (httpx and what it needs, pynvml,
-#                        prometheus_client) from this venv into DIR, for a GPU machine without network
+#                        prometheus_client) from this venv into DIR, and httptools' wheel for the GPU
+#                        machine's Python (TARGET_PYTHON, default 3.12), for a GPU machine without network
 #   prepare SRC WORK   : build the CUDA llama-server and the random-weight 7B Q4_K_M GGUF (scripts/gpu_check.sh)
 #   measure WORK OUT [DEPS] : run scripts/gpu_lab.py against them (DEPS: the folder `deps` made)
 # PARALLEL (default 1,8) and REQUESTS (default 16) set the sweep and the requests per level.
@@ -16,6 +17,13 @@ case "${1:-}" in
     for p in httpx httpcore h11 anyio sniffio idna certifi prometheus_client pynvml.py; do
       [ -e "$site/$p" ] && cp -r "$site/$p" "$dir/"
     done
+    # httptools (the engine's HTTP/1.1 client) is compiled: its wheel for the GPU machine's Python
+    # (TARGET_PYTHON, default 3.12), unpacked beside the pure-Python packages.
+    version=$(grep -E '^httptools==' "$HERE/../requirements.txt" | cut -d= -f3)
+    "${PYTHON:-$HERE/../.venv/bin/python}" -m pip download -q "httptools==$version" --only-binary=:all: \
+      --python-version "${TARGET_PYTHON:-3.12}" --platform manylinux_2_17_x86_64 --platform manylinux_2_5_x86_64 \
+      -d "$dir/.wheels"
+    "${PYTHON:-$HERE/../.venv/bin/python}" -c "import glob, sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in glob.glob(sys.argv[1] + '/.wheels/httptools-*.whl')]" "$dir"
     ls "$dir" ;;
   prepare) "$HERE/gpu_check.sh" prepare "${2:?llama.cpp source}" "${3:?work folder}" ;;
   measure)
