@@ -188,8 +188,9 @@ def test_the_run_form_shows_only_the_chosen_load_modes_fields(client):
     client.force_login(user())
     page = client.get(reverse("run-new")).content.decode()
     assert re.search(r'id="field-concurrency_levels" data-load-mode="concurrency conversation">', page)
-    for name in ("arrivals", "max_concurrency"):
-        assert re.search(rf'id="field-{name}" data-load-mode="rate" hidden>', page), name
+    for name in ("arrivals", "max_concurrency"):  # also the SLO search by rate's
+        assert re.search(rf'id="field-{name}" data-load-mode="rate slo_rate" hidden>', page), name
+    assert re.search(r'id="field-search_min_rate" data-load-mode="slo_rate" hidden>', page)
     assert re.search(r'id="field-request_rates" data-load-mode="rate" data-arrivals="poisson constant gamma ramp" '
                      r'hidden>', page)
     assert re.search(r'id="field-conversation_turns" data-load-mode="conversation" hidden>', page)
@@ -198,7 +199,8 @@ def test_the_run_form_shows_only_the_chosen_load_modes_fields(client):
     assert re.search(r'id="field-request_rates" data-load-mode="rate" data-arrivals="[^"]*">', page)
     # Of the arrivals' own fields only the chosen kind's show: Poisson has none.
     for name in ("burstiness", "ramp_to", "trace_file", "trace_speedups"):
-        assert re.search(rf'id="field-{name}" data-load-mode="rate" data-arrivals="[^"]*" hidden>', page), name
+        assert re.search(rf'id="field-{name}" data-load-mode="rate( slo_rate)?" data-arrivals="[^"]*" hidden>',
+                         page), name
     page = client.post(reverse("run-new"), {"load_mode": "rate", "arrivals": "trace"}).content.decode()
     assert re.search(r'id="field-trace_file" data-load-mode="rate" data-arrivals="trace">', page)
     assert re.search(r'id="field-request_rates" data-load-mode="rate" data-arrivals="[^"]*" hidden>', page)
