@@ -598,6 +598,7 @@ class RunForm(forms.Form):
         """SLO search: a highest concurrency within the limit (by concurrency) and at least one
         SLO to meet."""
         data["concurrency_levels"] = []
+        # A search by rate has no highest concurrency to ask for (0: nothing to check).
         high = data.get("search_max_concurrency") if data.get("load_mode") == "slo" else 0
         if high is None and "search_max_concurrency" not in self.errors:
             self.add_error("search_max_concurrency", "Give the highest concurrency to try, e.g. 64.")
@@ -610,7 +611,7 @@ class RunForm(forms.Form):
 
     def _clean_rate_grid(self, data, low, high, step) -> None:
         """SLO search by rate: the rates it may probe (engine.slo_search.rate_grid), within the
-        rate limit; a concurrency cap within the concurrency limit."""
+        rate limits (the cap in flight is clean_max_concurrency's)."""
         data["search_rates"] = []
         if low is None and "search_min_rate" not in self.errors:
             self.add_error("search_min_rate", "Give the lowest request rate to try, e.g. 0.5.")
