@@ -685,6 +685,11 @@ class Run(models.Model):
                         requests=self.requests_per_level, duration_s=self.duration_s, burstiness=pattern.burstiness)
         return Load(concurrency=int(load), requests=self.requests_per_level, duration_s=self.duration_s)
 
+    def probe_load(self, level: "LevelResult") -> float:
+        """The load a stored SLO-search probe was measured at: its rate in a search by rate,
+        else its users."""
+        return level.rate if self.load_mode == "slo_rate" else level.concurrency
+
     def widest_search_load(self) -> Load:
         """An SLO search's heaviest probe (what the connection pool is sized for)."""
         return self.search_load(self.search_rates[-1] if self.load_mode == "slo_rate" and self.search_rates

@@ -225,12 +225,11 @@ def slo_answers(run: Run) -> list[dict]:
     if not run.is_search:
         return []
     endpoints = {str(e.id): e for e in run.endpoints.all()}
-    by_rate = run.load_mode == "slo_rate"
     levels = run.levels.filter(endpoint_id__in=[int(k) for k in endpoints]).only(
         "endpoint_id", "concurrency", "rate", "trial", "summary")
     probes: dict[tuple, list[LevelResult]] = {}
     for lv in levels:
-        probes.setdefault((str(lv.endpoint_id), lv.rate if by_rate else lv.concurrency), []).append(lv)
+        probes.setdefault((str(lv.endpoint_id), run.probe_load(lv)), []).append(lv)
     out = []
     for key, search in sorted(run.searches().items(), key=lambda kv: endpoints[kv[0]].name if kv[0] in endpoints else ""):
         if key not in endpoints:

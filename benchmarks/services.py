@@ -338,7 +338,7 @@ def _search_endpoint(run: Run, endpoint: Endpoint, measure: Callable[[Load, int,
         while (load := search.next_probe()) is not None:
             trials = stored.setdefault(index, {})
             for trial in range(run.trials):
-                if trial not in trials or _probe_load(run, trials[trial]) != load:
+                if trial not in trials or run.probe_load(trials[trial]) != load:
                     trials[trial] = measure(run.search_load(load), index, trial)
             search.record(load, [trials[t].stats for t in sorted(trials)])
             _search_store(run, endpoint, search)
@@ -352,11 +352,6 @@ def _search_endpoint(run: Run, endpoint: Endpoint, measure: Callable[[Load, int,
     Run.objects.filter(id=run.id).update(progress_total=models.F("progress_total") - unused)
     run.refresh_from_db(fields=["progress_total"])
     return search
-
-
-def _probe_load(run: Run, level: LevelResult) -> float:
-    """The load a stored probe was measured at: its rate in a search by rate, else its users."""
-    return level.rate if run.load_mode == "slo_rate" else level.concurrency
 
 
 def _search_store(run: Run, endpoint: Endpoint, search: SloSearch) -> None:
