@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import json
 import os
 import platform
@@ -234,10 +235,8 @@ def venv_bin(tool: str) -> Path:
 
 
 def installed(tool: str) -> bool:
-    """The tool's virtualenv holds it: its command (AIPerf, GuideLLM), or aiohttp (naive)."""
-    if tool == "naive":
-        return any((CACHE / tool).glob("lib/python3*/site-packages/aiohttp/__init__.py"))
-    return (venv_bin(tool) / tool).exists()
+    """The tool's virtualenv was completed (its last step writes .complete)."""
+    return (CACHE / tool / ".complete").exists()
 
 
 def ensure_venv(tool: str, log) -> Path | None:
@@ -247,6 +246,18 @@ def ensure_venv(tool: str, log) -> Path | None:
     if installed(tool):
         return bin_dir
     CACHE.mkdir(parents=True, exist_ok=True)
+    # One maker at a time; a venv left half-made (no .complete) is made again from scratch.
+    with open(CACHE / f".{tool}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not installed(tool):
+            shutil.rmtree(CACHE / tool, ignore_errors=True)
+            if not _make_venv(tool, log):
+                return None
+    return bin_dir
+
+
+def _make_venv(tool: str, log) -> bool:
+    bin_dir = venv_bin(tool)
     log(f"[{tool}] creating {CACHE / tool} and installing from PyPI (first use; minutes) ...")
     steps = [[shutil.which("python3") or sys.executable, "-m", "venv", str(CACHE / tool)],
              [str(bin_dir / "pip"), "install", "-q", "--upgrade", "pip"]]
@@ -258,8 +269,9 @@ def ensure_venv(tool: str, log) -> Path | None:
         proc = subprocess.run(step, capture_output=True, text=True)
         if proc.returncode != 0 and "torch==" not in " ".join(step):
             log(f"[{tool}] install failed: {' '.join(step)}\n{proc.stderr[-2000:]}")
-            return None
-    return bin_dir if installed(tool) else None
+            return False
+    (CACHE / tool / ".complete").touch()
+    return True
 
 
 def tool_version(tool: str) -> str:
