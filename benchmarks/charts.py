@@ -6,7 +6,7 @@ Axis titles, units and column names come from the metric catalogue (engine/catal
 """
 from __future__ import annotations
 
-import csv
+from benchmarks import csv_cells
 import io
 import random
 
@@ -26,7 +26,7 @@ def figure(data, layout, columns, rows) -> dict:
 
 def to_csv(fig: dict) -> str:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_cells.writer(out)
     writer.writerow(fig["table"]["columns"])
     writer.writerows(fig["table"]["rows"])
     return out.getvalue()

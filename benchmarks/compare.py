@@ -16,7 +16,7 @@ it (the same text, windows, base model and reference); otherwise the sentence sa
 """
 from __future__ import annotations
 
-import csv
+from benchmarks import csv_cells
 import io
 
 from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure, shown
@@ -331,7 +331,7 @@ def quality_csv(entries: list[dict]) -> str:
     """The quality table as CSV: what each figure was measured on, then the figures under their
     catalogue titles, in the catalogue's units (shares in %)."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_cells.writer(out)
     writer.writerow(["series", "source", "text", "text sha256", "windows", "reference", "perplexity stderr",
                      *(f.title for f in COMPARISON_QUALITY), "note"])
     for e, row in zip(entries, quality_table(entries)):

@@ -5,7 +5,6 @@ public id, never by database id; with `hide_addresses` (anonymous readers, see
 decorators.hides_addresses) they carry no base URL, host:port or launch command either."""
 from __future__ import annotations
 
-import csv
 import io
 import re
 from dataclasses import replace
@@ -20,6 +19,7 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from benchmarks import csv_cells
 from benchmarks.engine.catalogue import (ACROSS_TRIALS, GPU_SIDE_BY_SIDE, METRICS, REQUEST_CSV, RESULTS_TABLE, SLO_SEARCH,
                                          Figure, definitions, figure)
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
@@ -530,7 +530,7 @@ def quality_csv(run: Run, *, hide_addresses: bool = False) -> str:
     its catalogue title (in the catalogue's unit: shares in %), then its errors."""
     blank = address_hider(run.endpoints.all(), hide_addresses)
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_cells.writer(out)
     writer.writerow(["endpoint", "reference", "text", "text sha256", "text tokens", "windows",
                      "llama-perplexity", "method", "tokens scored", "perplexity stderr",
                      *(f.title for f in QUALITY_FIGURES), "reference top-k missing (%)", "error"])
@@ -884,7 +884,7 @@ def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:
     sent_at, error_at = fields.index("sent"), fields.index("error")
     shifted = [fields.index(name) for name in FROM_LEVEL_START]
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_cells.writer(out)
     writer.writerow(["endpoint", "load", *(header for _, header in REQUEST_CSV_COLUMNS),
                      *(f"{METRICS[key].label} ({METRICS[key].unit})" for key in REQUEST_CSV)])
     for level in run_levels_with_endpoint(run):

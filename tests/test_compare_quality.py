@@ -177,7 +177,7 @@ def test_a_comparison_shows_quality_beside_the_published_perplexity_and_exports_
     assert lines[0][7:12] == [f.title for f in COMPARISON_QUALITY]
     q4 = next(line for line in lines if line[0] == "q4 (GGUF Q4_K_M)")
     assert float(q4[7]) == pytest.approx(ppl["q4"], rel=1e-6) and q4[3] == QUALITY_TEXT.sha256
-    assert q4[4] == "-c 32 --chunks 2" and q4[5] == "fp16 (FP16)"
+    assert q4[4] == "'-c 32 --chunks 2" and q4[5] == "fp16 (FP16)"  # a leading - is written as text (csv_cells)
     assert float(q4[10]) == pytest.approx(100 * results["q4"].reference["same_top_share"])
     published_line = next(line for line in lines if line[0] == fp8_published.title)
     assert published_line[1:3] == ["published, not measured here", ""] and published_line[7] == "6.15"

@@ -6,7 +6,7 @@ import sys
 
 from conftest import ROOT
 
-DJANGO_FREE = ["benchmarks.engine", "benchmarks.advisor", "benchmarks.importers", "benchmarks.charts",
+DJANGO_FREE = ["benchmarks.engine", "benchmarks.advisor", "benchmarks.importers", "benchmarks.charts", "benchmarks.csv_cells",
                "benchmarks.compare"]
 
 PROBE = r"""

