@@ -1,31 +1,76 @@
 """Upgrading a site with runs measured before fingerprints: the migration gives each old level
-the fingerprint its run and endpoint have, so the history page and the regression test see them."""
+the fingerprint its run and endpoint have, so the history page and the regression test see them.
+
+What is expected follows from how the runs are made here, not from the function the migration
+calls: levels of the same model, variant, host (no GPUs known) and workload share a history,
+whichever endpoint measured them; another variant, another host or another workload is another
+history (history.py's docstring); and a level gets the fingerprint the site stored for it when
+it was measured."""
 import importlib
+import re
+from collections import defaultdict
+from datetime import datetime, timezone
 
 import pytest
 from django.apps import apps
 
 from benchmarks import history
-from benchmarks.models import LevelResult
+from benchmarks.models import LevelResult, Run
 from factories import endpoint, measured_run
 
 pytestmark = pytest.mark.django_db
 backfill = importlib.import_module("benchmarks.migrations.0016_backfill_level_fingerprints").backfill
 
 
+def _at(day: int) -> datetime:
+    return datetime(2026, 1, day, 10, 0, tzinfo=timezone.utc)
+
+
+def _levels() -> dict:
+    """(run, endpoint name, level index) -> fingerprint, for every stored level."""
+    return {(lv.run_id, lv.endpoint.name, lv.level_index): lv.fingerprint
+            for lv in LevelResult.objects.select_related("endpoint")}
+
+
 def test_levels_measured_before_fingerprints_get_theirs_and_join_the_history():
     a = endpoint(name="old-a", quantization="fp8_e4m3")
-    b = endpoint(name="old-b", quantization="gguf_q4_k_m", backend="llamacpp")
-    older, newer = measured_run([a, b], levels=(1, 2), requests=3), measured_run([a], levels=(1, 2), requests=3)
-    LevelResult.objects.update(fingerprint="")  # as they were stored before
+    upgraded = endpoint(name="old-a-upgraded", quantization="fp8_e4m3")  # a's model, variant and host
+    b = endpoint(name="old-b", quantization="gguf_q4_k_m", backend="llamacpp")  # another variant
+    elsewhere = endpoint(name="old-c", quantization="fp8_e4m3", host="lab-2")  # a's variant, another host
+    older = measured_run([a, b, elsewhere], levels=(1, 2), requests=3)
+    newer = measured_run([upgraded], levels=(1, 2), requests=3)
+    other = measured_run([a], levels=(1, 2), requests=3, prompt_tokens=256)  # another workload
+    for day, run in enumerate([older, newer, other], start=1):
+        Run.objects.filter(id=run.id).update(created=_at(day))
+    measured = _levels()  # as the site stores them today
+    LevelResult.objects.update(fingerprint="")  # as they were stored before fingerprints
     backfill(apps, None)
-    for level in LevelResult.objects.select_related("run", "endpoint"):
-        assert level.fingerprint == history.workload_fingerprint(level.run, level.endpoint)
-    fp_a = history.workload_fingerprint(older, a)
-    assert fp_a != history.workload_fingerprint(older, b)  # another variant: another history
-    assert {lv.run_id for lv in history.history_levels(fp_a)} == {older.id, newer.id}
-    assert history.history_points(fp_a)  # the page has its points
-    # a level that already has one keeps it
+    backfilled = _levels()
+
+    assert backfilled == measured  # each level has the fingerprint a run measured now gets
+    groups = defaultdict(set)
+    for key, fingerprint in backfilled.items():
+        assert re.fullmatch(r"[0-9a-f]{16}", fingerprint), key  # the history page's address
+        groups[fingerprint].add(key)
+    assert sorted(groups.values(), key=sorted) == sorted([
+        {(older.id, "old-a", 0), (older.id, "old-a", 1), (newer.id, "old-a-upgraded", 0),
+         (newer.id, "old-a-upgraded", 1)},
+        {(older.id, "old-b", 0), (older.id, "old-b", 1)},
+        {(older.id, "old-c", 0), (older.id, "old-c", 1)},
+        {(other.id, "old-a", 0), (other.id, "old-a", 1)},
+    ], key=sorted)
+
+    # The history page of a's workload: both runs' levels, oldest first.
+    fp_a = backfilled[older.id, "old-a", 0]
+    points = history.history_points(fp_a)
+    assert [(p["run"].id, p["endpoint"], p["level_index"]) for p in points] == [
+        (older.id, "old-a", 0), (older.id, "old-a", 1), (newer.id, "old-a-upgraded", 0),
+        (newer.id, "old-a-upgraded", 1)]
+    assert [p["created"] for p in points] == [_at(1), _at(1), _at(2), _at(2)]
+
+    # A level that already has one keeps it; only the blank ones are filled.
     LevelResult.objects.filter(run=newer).update(fingerprint="kept")
+    LevelResult.objects.filter(run=other).update(fingerprint="")
     backfill(apps, None)
-    assert set(LevelResult.objects.filter(run=newer).values_list("fingerprint", flat=True)) == {"kept"}
+    assert _levels() == {**backfilled, (newer.id, "old-a-upgraded", 0): "kept",
+                         (newer.id, "old-a-upgraded", 1): "kept"}

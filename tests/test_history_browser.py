@@ -1,7 +1,13 @@
 """A workload's history page in Chromium at 1366 px: runs of one endpoint over two engine
 releases, the slower release flagged by its run's regression test, each chart drawn from our
 static Plotly with its points carrying the engine version and launch flags, nothing wider than
-the screen and no chart label over another."""
+the screen and no chart label over another.
+
+The runs are queued at fixed times, five nights in a row (a nightly schedule's history): where
+the charts' points and time ticks fall, and so whether any label meets another, must not depend
+on how long this machine took between measuring one run and the next."""
+from datetime import datetime, timezone
+
 import pytest
 
 from benchmarks import services
@@ -11,16 +17,19 @@ from conftest import log_in, watched
 from factories import endpoint, measured_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+NIGHTS = [datetime(2025, 11, day, 2, 0, tzinfo=timezone.utc) for day in range(3, 8)]  # Nov 3 to 7, 02:00 UTC
 
 
-def _released(e, version, decode_ms, flags):
-    """A run measured on a server at `version` (decoding at `decode_ms`), finished through the
-    service: its server identity as a run stores it, and its regression test."""
+def _released(e, version, decode_ms, flags, queued):
+    """A run queued at `queued`, measured on a server at `version` (decoding at `decode_ms`),
+    finished through the service: its server identity as a run stores it, and its regression
+    test (against the runs queued before it)."""
     run = measured_run([e], levels=(1, 4), requests=6, tokens=16, prompt_tokens=64, decode_ms=decode_ms)
     run.status = Run.RUNNING
+    run.created = queued
     run.server_config = {str(e.id): {"backend": "vllm", "version": version,
                                      "declared": {"engine_version": version, "launch_flags": flags}}}
-    run.save(update_fields=["status", "server_config"])
+    run.save(update_fields=["status", "created", "server_config"])
     services._finish(run, Run.SUCCEEDED)
     run.refresh_from_db()
     return run
@@ -36,8 +45,8 @@ def test_the_history_page_shows_the_trend_and_flags_the_release_that_slowed_it(b
     # The earlier release's runs share one measurement (1 ms a token): a loaded machine's timing
     # noise between them is not what this page test is about (test_regressions.py holds the
     # detector to planted noise); the slower release is measured anew at 20 ms a token.
-    before = [_released(e, "0.9.2", None, flags) for _ in range(4)]
-    slow = _released(e, "0.10.0", 20.0, flags)
+    before = [_released(e, "0.9.2", None, flags, night) for night in NIGHTS[:4]]
+    slow = _released(e, "0.10.0", 20.0, flags, NIGHTS[4])
     assert not any(r.regression_report.regressed for r in before)
     assert slow.regression_report.regressed
     fingerprint = slow.levels.first().fingerprint
@@ -53,6 +62,13 @@ def test_the_history_page_shows_the_trend_and_flags_the_release_that_slowed_it(b
     charts = check(page, "history-1366")
     assert len(charts) == 4
     assert all(c["series"] >= 2 for c in charts)  # a line per load level, and the flagged points
+    # Runs over four days: dates only, and each night a sixth of the span (16 h) or more after
+    # the one before, so each has its tick, from left to right.
+    ticks = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].map(el =>
+        [...el.querySelectorAll('.xtick text')].map(t => [t.textContent, t.getBoundingClientRect().left]))""")
+    expected = [f"{t:%b} {t.day}" for t in NIGHTS]
+    assert [[text for text, _ in chart] for chart in ticks] == [expected] * 4
+    assert all([left for _, left in chart] == sorted(left for _, left in chart) for chart in ticks)
     tpot = page.evaluate("""() => {
         const el = document.querySelector('#chart-tpot_ms_p50 .js-plotly-plot');
         return {names: el._fullData.map(t => t.name), versions: el._fullData[0].customdata.map(c => c[1]),
