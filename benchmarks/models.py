@@ -20,7 +20,7 @@ from benchmarks.engine.conversations import Conversation
 from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary, Topology
-from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, REFUSED_ENV, LaunchReport, ServerSpec,
+from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, LaunchReport, ServerSpec, env_name_problem,
                                         parse_gpus, setting_label)
 from benchmarks.engine.metrics import LevelSummary
 from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX, EvalText, builtin_text, scored_positions
@@ -341,9 +341,10 @@ class ServerRecipe(models.Model):
                 isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in self.env.values()):
             errors["env"] = 'the environment is an object of names and values, e.g. {"OMP_NUM_THREADS": "2"}'
         else:
-            bad = [k for k in self.env if not k.isidentifier() or REFUSED_ENV.match(k)]
+            # What no host allows; the rest is the host's allowlist's, judged by its worker.
+            bad = [p for p in (env_name_problem(k, self.backend) for k in self.env) if p]
             if bad:
-                errors["env"] = f"not allowed: {', '.join(bad)} (a name, and not LD_*, PYTHON* or PATH)"
+                errors["env"] = "; ".join(bad)
             elif GPU_ENV & set(self.env):
                 errors["env"] = ('which GPUs the server gets is the GPUs field (or a sweep of "gpus"), '
                                  "not the environment")

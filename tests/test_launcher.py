@@ -1,11 +1,17 @@
-"""The engine's launcher alone (no Django, no database): argument lists, the host's allowlist,
-causes read from real servers' logs, and stopping what a dead worker left, with real processes
-(the simulator as the server)."""
+"""The engine's launcher alone (no Django, no database): argument lists, the host's allowlist
+(judged on the final command and environment: every escape once found is refused), causes read
+from real servers' logs, a started server's environment and user, and stopping what a dead
+worker left, with real processes (the simulator, or a small script, as the server)."""
 import json
 import os
+import pwd
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +67,213 @@ def test_the_allowlist_refuses_with_the_reason(tmp_path):
         Allowlist.from_settings(sys.executable, str(models), "18200")
     with pytest.raises(ValueError, match="within 1024-65535"):
         Allowlist.from_settings(sys.executable, str(models), "80-90")
+
+
+# ------------------------------------------------------------------ the allowlist judges the process
+LLAMA = ("-m", "{model}", "--host", "{host}", "--port", "{port}")
+VLLM = ("-m", "vllm.entrypoints.openai.api_server", "--model", "{model}", "--host", "{host}", "--port", "{port}")
+
+
+def escapes(models: Path) -> list[tuple[str, ServerSpec, dict, str]]:
+    """Each way a recipe's arguments, sweep setting or environment could get past a host that
+    allows servers on loopback only, its port range and `models` (name, spec, what the host's
+    settings add, what the refusal says). Each spec is otherwise one the host starts."""
+    model = str(models / "m.gguf")
+
+    def llama(*extra, **fields):
+        return ServerSpec(sys.executable, model, LLAMA + extra, backend="llamacpp", **fields)
+
+    def vllm(args=VLLM, **fields):
+        return ServerSpec(sys.executable, model, tuple(args), backend="vllm", **fields)
+
+    outside = "names a path outside the folders this host allows"
+    env_refused = "may not set {} on this host: only what"
+    return [
+        # Where it listens: every --host, however spelled, set by the arguments or by the sweep.
+        ("--host 0.0.0.0 in the arguments", llama("--host", "0.0.0.0"), {}, "not 0.0.0.0 (a --host in its arguments)"),
+        ("--host=:: in the arguments", llama("--host=::"), {},
+         "listen on 127.0.0.1, ::1 only (LAB_LISTEN_ADDRESSES), not ::"),
+        ("--host 0.0.0.0 in the sweep", llama(setting={"--host": "0.0.0.0"}), {}, "not 0.0.0.0"),
+        ("--ho 0.0.0.0, argparse's abbreviation", vllm(VLLM + ("--ho", "0.0.0.0")), {}, "not 0.0.0.0"),
+        ("vLLM without --host (all interfaces)", vllm(VLLM[:4] + ("--port", "{port}")), {},
+         "not 0.0.0.0 (vLLM listens there when no --host is given: give --host {host})"),
+        ("--host on a UNIX socket (llama.cpp)", llama("--host", str(models / "s.sock")), {}, "must be an IP address"),
+        # Its port: the worker's, once.
+        ("a second --port", llama("--port", "9999"), {}, "listen on port 9999: its port is the one the worker picks"),
+        ("--port in the sweep", llama(setting={"--port": 9999}), {}, "listen on port 9999"),
+        ("--port=9999", vllm(VLLM + ("--port=9999",)), {}, "listen on port 9999"),
+        # Flags by another door, and variables that load code or change where it connects.
+        ("LLAMA_ARG_HOST", llama(env={"LLAMA_ARG_HOST": "0.0.0.0"}), {}, "llama.cpp reads it as a flag"),
+        ("LLAMA_ARG_PORT", llama(env={"LLAMA_ARG_PORT": "9999"}), {}, "llama.cpp reads it as a flag"),
+        ("LLAMA_ARG_MODEL", llama(env={"LLAMA_ARG_MODEL": "/etc/shadow"}), {}, "llama.cpp reads it as a flag"),
+        ("GCONV_PATH", llama(env={"GCONV_PATH": str(models)}), {}, env_refused.format("GCONV_PATH")),
+        ("OPENSSL_CONF", vllm(env={"OPENSSL_CONF": str(models / "x.cnf")}), {}, env_refused.format("OPENSSL_CONF")),
+        ("HTTPS_PROXY", vllm(env={"HTTPS_PROXY": "http://10.0.0.1:3128"}), {}, env_refused.format("HTTPS_PROXY")),
+        ("HOME", llama(env={"HOME": str(models)}), {}, env_refused.format("HOME")),
+        ("HF_HOME=/etc", vllm(env={"HF_HOME": "/etc"}), {}, env_refused.format("HF_HOME")),
+        ("GLIBC_TUNABLES", llama(env={"GLIBC_TUNABLES": "glibc.malloc.check=3"}), {},
+         env_refused.format("GLIBC_TUNABLES")),
+        ("HF_HOME=/etc where the host allows HF_HOME", vllm(env={"HF_HOME": "/etc"}), {"env_allowed": "HF_HOME"},
+         f"HF_HOME='/etc' {outside}"),
+        ("VLLM_CACHE_ROOT=/etc (a safe name, its path held)", vllm(env={"VLLM_CACHE_ROOT": "/etc"}), {}, outside),
+        # Paths, however written.
+        ("-m/etc/shadow (a joined short option)", llama("-m/etc/shadow"), {}, f"'-m/etc/shadow' {outside}"),
+        ("name=/etc/shadow (vLLM --lora-modules)", vllm(VLLM + ("--lora-modules", "name=/etc/shadow")), {}, outside),
+        ("a path in JSON (vLLM --lora-modules)",
+         vllm(VLLM + ("--lora-modules", '{"name": "x", "path": "/etc/shadow"}')), {}, outside),
+        ("file:///etc/shadow", llama("--chat-template-file", "file:///etc/shadow"), {}, outside),
+        ("a file: URL going up, percent-encoded", llama("--log-file", f"file://{models}/%2e%2e/%2e%2e/x"), {}, outside),
+        ("@/etc/shadow", vllm(VLLM + ("--chat-template", "@/etc/shadow")), {}, outside),
+        ("a relative path (it resolved in the state folder)", llama("--log-file", "servers/1.json"), {},
+         "names the relative path 'servers/1.json', which is refused"),
+        ("a relative path going up", llama("--slot-save-path", "../servers"), {}, "the relative path '../servers'"),
+        ("the folder above the server's", llama("--slot-save-path", ".."), {}, "the relative path '..'"),
+        # Models: from the model folders only, by every flag that loads one; no flags from a file.
+        ("a hub id to download (vLLM --model)", vllm(VLLM + ("--model", "gpt2")), {},
+         "the model 'gpt2', not a path under"),
+        ("a download (llama.cpp -hf)", llama("-hf", "ggml-org/gemma-3-1b-it-GGUF"), {}, "not a path under"),
+        ("flags from a file (vLLM --config)", vllm(VLLM + ("--config", str(models / "c.yaml"))), {},
+         "read more flags from"),
+    ]
+
+
+def test_the_allowlist_judges_the_final_command_and_environment_not_the_form(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+
+    def allow(**more):
+        return Allowlist.from_settings(sys.executable, str(models), "18200-18210", **more)
+
+    # What a host allows still starts: the recipes of tests/test_lab.py among them.
+    fine = [ServerSpec(sys.executable, str(models / "m.gguf"), LLAMA, setting={"--parallel": 4}, backend="llamacpp"),
+            ServerSpec(sys.executable, str(models / "tiny"), VLLM + ("--served-model-name", "org/tiny"), backend="vllm",
+                       env={"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                            "VLLM_NO_USAGE_STATS": "1", "VLLM_CACHE_ROOT": str(models / "vllm-cache")}),
+            ServerSpec(sys.executable, str(models / "m"), ("serve", "{model}", "--host", "{host}", "--port", "{port}"),
+                       backend="vllm"),
+            ServerSpec(sys.executable, str(models / "m.gguf"), LLAMA, setting={"--host": "::1"}, backend="llamacpp")]
+    for spec in fine:
+        assert allow().refusal(spec) == "", spec
+    assert allow(env_allowed="NCCL_SOCKET_IFNAME").refusal(
+        ServerSpec(sys.executable, str(models), VLLM, backend="vllm", env={"NCCL_SOCKET_IFNAME": "lo"})) == ""
+    # The port is judged as the worker picked it: a port written into the recipe is not it.
+    pinned = ServerSpec(sys.executable, str(models), ("--port", "18200"), backend="llamacpp")
+    assert allow().refusal(pinned, 18200) == "" and "port 18200" in allow().refusal(pinned, 18201)
+    refused = []
+    for name, spec, settings, reason in escapes(models):
+        said = allow(**settings).refusal(spec)
+        assert reason in said, (name, said)
+        refused.append(name)
+    assert len(refused) == 32  # the closing note's count
+
+
+def test_the_recipe_form_refuses_what_no_host_allows():
+    assert "reads it as a flag" in launcher.env_name_problem("LLAMA_ARG_HOST", "llamacpp")
+    assert "what code the server loads" in launcher.env_name_problem("LD_PRELOAD", "vllm")
+    assert launcher.env_name_problem("LLAMA_ARG_HOST", "vllm") == ""  # vLLM does not read it: the host decides
+    assert launcher.env_name_problem("HOME", "llamacpp") == ""  # a host may allow it (LAB_ENV_ALLOWED)
+
+
+# ------------------------------------------------------------------ a started server's environment and user
+SECRETS = ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY")
+# A pretend server: who it runs as, its own environment as started, whether it can read its
+# parent's (the worker's), and a mark that it ran (where it may write one).
+PROBE_SERVER = """#!/bin/sh
+touch "$(dirname "$0")/ran/$$" 2>/dev/null
+echo "uid $(id -u) parent $PPID"
+cat /proc/$$/environ | tr '\\0' '\\n' | sed 's/^/own-env /'
+if cat /proc/$PPID/environ > /dev/null 2>&1; then echo "parent-environ readable"
+else echo "parent-environ unreadable"; fi
+"""
+
+
+def probe_server(folder: Path) -> Path:
+    """PROBE_SERVER in `folder`, which every user may read, with a `ran` folder every user may write."""
+    folder.chmod(0o755)
+    (folder / "ran").mkdir()
+    (folder / "ran").chmod(0o777)
+    script = folder / "pretend-server"
+    script.write_text(PROBE_SERVER)
+    script.chmod(0o755)
+    return script
+
+
+def own_env(log: str) -> dict:
+    """The environment PROBE_SERVER said it was started with."""
+    return dict(line[len("own-env "):].split("=", 1) for line in log.splitlines() if line.startswith("own-env "))
+
+
+@contextmanager
+def open_folder():
+    """A folder of its own under /tmp (pytest's tmp_path lies in one only root may enter)."""
+    folder = Path(tempfile.mkdtemp(prefix="v100lab-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_user(tag: str):
+    """An unprivileged system user made for a test (to run servers as: LAB_RUN_AS) and removed
+    after; None where none can be made (not root, or no useradd)."""
+    if os.geteuid() != 0 or not shutil.which("useradd"):
+        yield None
+        return
+    name = f"v100lab-{tag}-{os.getpid()}"
+    subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", name], check=True,
+                   capture_output=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+def test_a_started_server_has_none_of_the_workers_secrets_in_its_environment(tmp_path, monkeypatch):
+    for name in SECRETS:
+        monkeypatch.setenv(name, f"secret-{name.lower()}")
+    allow = Allowlist.from_settings(sys.executable, str(tmp_path), "18280-18289")
+    spec = ServerSpec(sys.executable, str(tmp_path), ("-c", "import time; time.sleep(30)", "{port}"),
+                      env={"OMP_NUM_THREADS": "2"})
+    server = launcher.launch(spec, allow, tmp_path)
+    try:
+        raw = Path(f"/proc/{server.pid}/environ").read_bytes().decode()
+        cwd = os.readlink(f"/proc/{server.pid}/cwd")
+    finally:
+        server.stop(5)
+    env = dict(item.split("=", 1) for item in raw.split("\0") if item)
+    assert not set(SECRETS) & set(env), env
+    assert set(env) <= set(launcher.INHERITED_ENV) | {"OMP_NUM_THREADS"} and env["OMP_NUM_THREADS"] == "2"
+    assert cwd == str(tmp_path / launcher.SERVER_CWD), "a folder of its own, not the worker's records"
+
+
+def test_servers_run_as_the_lab_user_cannot_read_the_workers_environment(tmp_path, monkeypatch):
+    for name in SECRETS:
+        monkeypatch.setenv(name, f"secret-{name.lower()}")
+    with throwaway_user("unit") as lab_user, open_folder() as folder:
+        if lab_user is None:
+            pytest.skip("running servers as another user needs root and useradd to make one")
+        script = probe_server(folder)
+        spec = ServerSpec(str(script), str(folder), ("{port}",))
+        logs = {}
+        for run_as in ("", lab_user):
+            server = launcher.launch(spec, Allowlist.from_settings(str(script), str(folder), "18290-18299",
+                                                                   run_as=run_as), tmp_path)
+            server.proc.wait(30)
+            logs[run_as] = server.log_tail()
+            server.stop(1)
+        # As the worker's own user (root here) the probe reads this process's environment: it can tell.
+        assert "parent-environ readable" in logs[""] and f"parent {os.getpid()}" in logs[""]
+        log = logs[lab_user]
+        assert f"uid {pwd.getpwnam(lab_user).pw_uid} parent {os.getpid()}" in log, log
+        assert "parent-environ unreadable" in log, log
+        env = own_env(log)
+        assert env["HOME"] == "/nonexistent" and env["USER"] == lab_user and not set(SECRETS) & set(env)
+        assert not any("secret-" in line for line in log.splitlines()), log
+        # A LAB_RUN_AS the worker cannot use refuses every recipe, saying why.
+        for run_as, said in [("no-such-user-here", "a user this host does not have"),
+                             ("root", "must name an unprivileged user")]:
+            assert said in Allowlist.from_settings(str(script), str(folder), run_as=run_as).refusal(spec)
 
 
 # Lines from the real servers' logs when they would not start (llama-server 0.3.36's llama.cpp and

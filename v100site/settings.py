@@ -305,6 +305,16 @@ LAB_LISTEN_ADDRESSES = os.environ.get("LAB_LISTEN_ADDRESSES", "127.0.0.1,::1")
 LAB_PORTS = os.environ.get("LAB_PORTS", "18100-18199")
 # The GPUs (NVML indices) a recipe may give a server, comma-separated; blank: any the host has.
 LAB_GPUS = os.environ.get("LAB_GPUS", "")
+# Environment variables a recipe may set beyond those its backend documents as safe (thread
+# counts, offline switches, vLLM's VLLM_CPU_KVCACHE_SPACE...), comma-separated names. A path in a
+# value must lie under LAB_MODEL_DIRS; code loaders (LD_*, PYTHON*, PATH), the GPU variables and
+# llama.cpp's LLAMA_ARG_* (flags by another door) are refused whatever this says.
+LAB_ENV_ALLOWED = os.environ.get("LAB_ENV_ALLOWED", "")
+# The user started servers run as (the worker must be root, or hold CAP_SETUID and CAP_SETGID);
+# blank: the worker's own user, whose environment (database and broker credentials) and files a
+# server could then read. Set it on any shared host: an unprivileged user of its own, with read
+# access to LAB_EXECUTABLES and LAB_MODEL_DIRS only. A worker that cannot switch refuses every recipe, saying why.
+LAB_RUN_AS = os.environ.get("LAB_RUN_AS", "")
 LAB_STATE_DIR = Path(os.environ.get("LAB_STATE_DIR", VAR_DIR / "lab"))
 LAB_START_TIMEOUT_S = float(os.environ.get("LAB_START_TIMEOUT_S", "900"))  # start -> /health
 LAB_STOP_GRACE_S = float(os.environ.get("LAB_STOP_GRACE_S", "30"))  # SIGTERM -> SIGKILL

@@ -4,9 +4,13 @@ A `ServerSpec` is what to start — an executable and its arguments as a list (n
 with the placeholders `{port}`, `{model}` and `{host}` filled in, one setting of the sweep
 parameters applied, and environment variables. What this host lets be started is the host's
 own decision, an `Allowlist` from the worker's settings: the executables it may start, the
-folders models (and any other path in the arguments) may come from, the addresses a server
-may listen on and the ports it owns. A spec outside it is refused with the reason before
-anything starts.
+folders models (and any other path in the arguments or the environment) may come from, the
+addresses a server may listen on, the ports it owns and the environment variables a recipe may
+set. It judges the final command as the server's backend reads it (every --host, --port and
+model flag, however spelled, and the backend's default address), not the recipe's fields. A
+spec outside it is refused with the reason before anything starts. A server gets a minimal
+environment (INHERITED_ENV and its recipe's), a working folder of its own and, with LAB_RUN_AS,
+another user than the worker's.
 
 `start()` starts the server in its own process group (session), records what it started
 (pid, process group, port) in a file under the worker's state folder, waits for `/health`
@@ -27,6 +31,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import pwd
 import re
 import shlex
 import signal
@@ -36,22 +41,32 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
+from urllib.parse import unquote, urlparse
 
 import httpx
 
+from . import backends
 from . import gpu as gpu_telemetry
 
 PLACEHOLDERS = ("port", "model", "host")
 _PLACEHOLDER = re.compile(r"\{(port|model|host)\}")
-# Never set by a recipe: they change what code a started process loads or runs.
+# Never set by a recipe, whatever the host allows: they change what code a started process loads or runs.
 REFUSED_ENV = re.compile(r"^(LD_.*|DYLD_.*|PYTHON.*|PERL5.*|RUBY.*|NODE_OPTIONS|BASH_ENV|ENV|PATH|IFS)$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Taken from the worker's environment into a started server's (nothing else: the worker holds
-# database and broker credentials a server has no business seeing).
+# The whole environment of a started server, besides what its recipe sets (from the backend's
+# and the host's allowlist) and its GPU list: taken from the worker's, nothing else, for the
+# worker holds database and broker credentials a server has no business seeing. What is kept
+# is the operator's, never a recipe's: PATH and CUDA_HOME (servers compile kernels with the
+# host's compilers), LD_LIBRARY_PATH (CUDA hosts and containers find the driver's libraries
+# through it), the worker's GPUs when a recipe gives none, and the caches' places. HOME, USER
+# and LOGNAME are the LAB_RUN_AS user's when servers run as another user.
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
                  "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME", "HF_HOME", "HF_HUB_OFFLINE",
                  "TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME")
+# A started server's working directory, under the state folder: empty, so a bare file name in its
+# arguments (a log, a slot file) lands there, never among the worker's records and logs.
+SERVER_CWD = "workdir"
 # Which GPUs a server gets: a recipe's GPU list (or a sweep's "gpus" values, not a flag), set as
 # CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers the GPUs as NVML (the probe,
 # the telemetry) does: CUDA's own default order puts the fastest GPU first.
@@ -211,6 +226,70 @@ def _split(value) -> list[str]:
     return [str(v) for v in value or ()]
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# What separates the paths in a value: name=path, lists, JSON ({"path": "/x"}), quoting.
+_BETWEEN_PATHS = re.compile(r"""[\s=,;'"`(){}\[\]<>]+""")
+
+
+def path_pieces(text: str) -> Iterator[str]:
+    """The parts of an argument (or an environment value) a server may open as a path: in the
+    value of `--flag=value` or of a joined short option (`-m/path`), each piece of `name=path`,
+    of a list or of JSON; a `file:` URL's path; `@path`. A piece is a path when it holds a /,
+    starts with ~ or is .. (the folder above the server's)."""
+    if text.startswith("--"):
+        text = text.partition("=")[2]
+    elif text.startswith("-"):
+        text = text[2:]
+    for piece in _BETWEEN_PATHS.split(text):
+        piece = piece.lstrip("@")
+        if piece[:5].lower() == "file:":
+            piece = unquote(urlparse(piece).path)
+        elif _URL.match(piece):
+            continue  # an address of another scheme: not a file on this host
+        if "/" in piece or piece.startswith("~") or piece == "..":
+            yield piece
+
+
+def env_name_problem(name: str, backend: str) -> str:
+    """Why no host lets a recipe set the environment variable `name` for a server of `backend`,
+    or "" (the host's allowlist then decides). One definition for the recipe form and the worker."""
+    if not ENV_NAME.match(name):
+        return f"{name!r} is not an environment variable name"
+    if REFUSED_ENV.match(name):
+        return f"a recipe may not set {name}: it changes what code the server loads"
+    known = backends.BACKENDS.get(backend)
+    if known is not None and name.startswith(known.flag_env):
+        return (f"a recipe may not set {name}: {known.label} reads it as a flag, and flags go in the arguments, "
+                f"where the host's allowlist judges them")
+    return ""
+
+
+def _run_as_problem(user: str) -> str:
+    """Why this worker cannot start servers as `user` (LAB_RUN_AS), or ""."""
+    try:
+        target = pwd.getpwnam(user)
+    except KeyError:
+        return f"LAB_RUN_AS is {user!r}, a user this host does not have"
+    if target.pw_uid == 0:
+        return "LAB_RUN_AS must name an unprivileged user, not root"
+    if target.pw_uid == os.geteuid():
+        return (f"LAB_RUN_AS is the worker's own user ({user}): its servers could read the worker's environment; "
+                f"name another user, or leave LAB_RUN_AS empty")
+    if os.geteuid() != 0 and not _can_switch_user():
+        return (f"this worker (uid {os.geteuid()}) cannot start servers as {user} (LAB_RUN_AS): run it as root "
+                f"or give it CAP_SETUID and CAP_SETGID")
+    return ""
+
+
+def _can_switch_user() -> bool:
+    """The capabilities to set a child's user and groups (CAP_SETGID 6, CAP_SETUID 7)."""
+    try:
+        line = next(li for li in Path("/proc/self/status").read_text().splitlines() if li.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return False
+    return int(line.split()[1], 16) & 0b11000000 == 0b11000000
+
+
 @dataclass(frozen=True)
 class Allowlist:
     """What this host lets its worker start (the worker's own settings, never the database)."""
@@ -220,17 +299,22 @@ class Allowlist:
     ports: tuple[int, int] = (18100, 18199)
     listen_hosts: tuple[str, ...] = ("127.0.0.1", "::1")
     gpus: tuple[int, ...] | None = None  # the GPUs a server may be given; None: any (LAB_GPUS blank)
+    env_allowed: tuple[str, ...] = ()  # environment variables a recipe may set beyond its backend's safe ones
+    run_as: str = ""  # the user servers run as; "": the worker's own
 
     @classmethod
     def from_settings(cls, executables="", model_dirs="", ports="18100-18199",
-                      listen_hosts="127.0.0.1,::1", gpus="") -> "Allowlist":
+                      listen_hosts="127.0.0.1,::1", gpus="", env_allowed="", run_as="") -> "Allowlist":
         return cls(tuple(_exact(e) for e in _split(executables)), tuple(_real(d) for d in _split(model_dirs)),
                    parse_ports(ports) if isinstance(ports, str) else tuple(ports),
                    tuple(str(ipaddress.ip_address(h)) for h in _split(listen_hosts)),
-                   parse_gpus(gpus) if str(gpus or "").strip() else None)
+                   parse_gpus(gpus) if str(gpus or "").strip() else None,
+                   tuple(_split(env_allowed)), str(run_as or "").strip())
 
-    def refusal(self, spec: ServerSpec) -> str:
-        """Why this host will not start `spec`, or "" when it may."""
+    def refusal(self, spec: ServerSpec, port: int | None = None) -> str:
+        """Why this host will not start `spec` on `port` (the one the worker picked; the first
+        of its range when not picked yet), or "" when it may. Judged on the final command and
+        environment, as the server's backend reads them, not on the recipe's fields alone."""
         if not self.executables:
             return "this host's worker may start no servers: LAB_EXECUTABLES is empty in its settings"
         if not os.path.isabs(spec.executable):
@@ -242,34 +326,100 @@ class Allowlist:
             return "this host allows models from no folder: LAB_MODEL_DIRS is empty in its settings"
         if not os.path.isabs(spec.model_path):
             return f"the model path must be an absolute path on the host, not {spec.model_path!r}"
-        if not any(_inside(_real(spec.model_path), d) for d in self.model_dirs):
+        if not self._in_model_dirs(spec.model_path):
             return (f"the model {spec.model_path} is outside the folders this host allows "
                     f"(LAB_MODEL_DIRS: {', '.join(self.model_dirs)})")
-        for arg in spec.argv(self.ports[0])[1:]:
-            value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
-            if value.startswith(("/", "~")) or "/../" in f"/{value}/":
-                real = _real(value)
-                if _exact(value) not in self.executables and not any(_inside(real, d) for d in self.model_dirs):
-                    return (f"the argument {arg!r} names a path outside the folders this host allows "
-                            f"(LAB_MODEL_DIRS: {', '.join(self.model_dirs)})")
-        for name in spec.env:
-            if not ENV_NAME.match(str(name)):
-                return f"{name!r} is not an environment variable name"
-            if REFUSED_ENV.match(str(name)):
-                return f"a recipe may not set {name}: it changes what code the server loads"
-            if str(name) in GPU_ENV:
+        try:
+            backend = backends.get(spec.backend)
+        except backends.UnknownBackend as exc:
+            return str(exc)
+        port = self.ports[0] if port is None else port
+        argv = spec.argv(port)
+        flags = backend.server_flags(argv)
+        return (self._flags_problem(flags, backend, port) or self._paths_problem(argv, flags.not_paths)
+                or self._env_problem(spec, backend) or self._gpus_problem(spec)
+                or self._listen_problem(spec.listen_host) or (_run_as_problem(self.run_as) if self.run_as else ""))
+
+    def _in_model_dirs(self, path: str) -> bool:
+        return any(_inside(_real(path), d) for d in self.model_dirs)
+
+    def _listen_problem(self, host: str, how: str = "") -> str:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return f"the listen address must be an IP address, not {host!r}{how}"
+        if str(address) not in self.listen_hosts:
+            return (f"this host lets servers listen on {', '.join(self.listen_hosts)} only "
+                    f"(LAB_LISTEN_ADDRESSES), not {host}{how}")
+        return ""
+
+    def _flags_problem(self, flags, backend, port: int) -> str:
+        """Where the server would listen and what it would load, as its backend reads its arguments."""
+        how = (f" ({backend.label} listens there when no {backend.host_flags[0]} is given: give "
+               f"{backend.host_flags[0]} {{host}})" if flags.host_is_default else " (a --host in its arguments)")
+        for host in flags.hosts:
+            problem = self._listen_problem(host, how)
+            if problem:
+                return problem
+        for value in flags.ports:
+            if value != str(port):
+                return (f"the arguments make the server listen on port {value}: its port is the one the worker "
+                        f"picks for {{port}} (from LAB_PORTS {self.ports[0]}-{self.ports[1]}), one --port only")
+        for model in flags.models:
+            if not (os.path.isabs(model) and self._in_model_dirs(model)):
+                return (f"the arguments give {backend.label} the model {model!r}, not a path under the folders this "
+                        f"host allows (LAB_MODEL_DIRS: {', '.join(self.model_dirs)}); nothing is downloaded")
+        if flags.configs:
+            return (f"the arguments make {backend.label} read more flags from {flags.configs[0]!r}, where this "
+                    f"host's allowlist cannot see: give the flags in the arguments")
+        return ""
+
+    def _paths_problem(self, argv: list[str], not_paths) -> str:
+        """Every path in the arguments lies under LAB_MODEL_DIRS (or is an allowed executable)."""
+        for i, arg in enumerate(argv[1:], start=1):
+            if i in not_paths:
+                continue
+            for piece in path_pieces(arg):
+                problem = self._path_problem(piece)
+                if problem:
+                    return f"the argument {arg!r} {problem}"
+        return ""
+
+    def _path_problem(self, piece: str) -> str:
+        dirs = ", ".join(self.model_dirs)
+        if not piece.startswith("/"):
+            # Refused rather than resolved: what it names depends on the folder the server
+            # starts in (and ~ on whose home), which the recipe's author does not see.
+            return (f"names the relative path {piece!r}, which is refused: give an absolute path under the "
+                    f"folders this host allows (LAB_MODEL_DIRS: {dirs})")
+        if _exact(piece) in self.executables or self._in_model_dirs(piece):
+            return ""
+        return f"names a path outside the folders this host allows (LAB_MODEL_DIRS: {dirs})"
+
+    def _env_problem(self, spec: ServerSpec, backend) -> str:
+        """Only names the backend documents as safe or the host adds (LAB_ENV_ALLOWED), their
+        paths under the model folders."""
+        for name, value in spec.env.items():
+            name = str(name)
+            problem = env_name_problem(name, spec.backend)
+            if problem:
+                return problem
+            if name in GPU_ENV:
                 return f"a recipe gives a server its GPUs with its GPU list, not {name}"
+            if name not in backend.safe_env and name not in self.env_allowed:
+                return (f"a recipe may not set {name} on this host: only what {backend.label} documents as safe "
+                        f"and what LAB_ENV_ALLOWED adds ({', '.join(self.env_allowed) or 'nothing'})")
+            for piece in path_pieces(str(value)):
+                problem = self._path_problem(piece)
+                if problem:
+                    return f"{name}={value!r} {problem}"
+        return ""
+
+    def _gpus_problem(self, spec: ServerSpec) -> str:
         if spec.gpus is not None and self.gpus is not None and not set(spec.gpus) <= set(self.gpus):
             beyond = sorted(set(spec.gpus) - set(self.gpus))
             return (f"GPU {', '.join(map(str, beyond))} is not among the GPUs this host lets servers use "
                     f"(LAB_GPUS: {', '.join(map(str, self.gpus))})")
-        try:
-            address = ipaddress.ip_address(spec.listen_host)
-        except ValueError:
-            return f"the listen address must be an IP address, not {spec.listen_host!r}"
-        if str(address) not in self.listen_hosts:
-            return (f"this host lets servers listen on {', '.join(self.listen_hosts)} only "
-                    f"(LAB_LISTEN_ADDRESSES), not {spec.listen_host}")
         return ""
 
     def free_port(self, host: str = "127.0.0.1") -> int:
@@ -615,25 +765,41 @@ class Server:
         return how
 
 
+def server_env(spec: ServerSpec, user: pwd.struct_passwd | None = None) -> dict:
+    """A started server's whole environment: INHERITED_ENV from the worker's (the home and names
+    of `user` when it runs as another), then what its recipe sets (already allowed)."""
+    env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+    if user is not None:
+        env.update(HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name)
+    env.update(spec.full_env)
+    return env
+
+
 def launch(spec: ServerSpec, allowlist: Allowlist, state_dir, port: int | None = None, label: str = "",
            owner: dict | None = None) -> Server:
-    """Start `spec` (refused with the reason when this host does not allow it): its own process
-    group, its output to a log under `state_dir`, a record of it beside. Raises Refused, or
-    OSError when the executable cannot be run at all."""
-    problem = allowlist.refusal(spec)
+    """Start `spec` (refused with the reason when this host does not allow it, judged on the
+    port it gets): its own process group, as the LAB_RUN_AS user when there is one, in a folder
+    of its own under `state_dir`, its output to a log there, a record of it beside. Raises
+    Refused, or OSError when the executable cannot be run at all."""
+    port = port or allowlist.free_port(spec.connect_host)
+    problem = allowlist.refusal(spec, port)
     if problem:
         raise Refused(problem)
-    port = port or allowlist.free_port(spec.connect_host)
     logs = Path(state_dir) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"server-{port}-{int(time.time())}.log"
-    env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
-    env.update(spec.full_env)
+    user = pwd.getpwnam(allowlist.run_as) if allowlist.run_as else None
+    cwd = Path(state_dir) / SERVER_CWD
+    cwd.mkdir(exist_ok=True)
+    if user is not None:
+        os.chown(cwd, user.pw_uid, user.pw_gid)
     argv = spec.argv(port)
+    as_user = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user is not None else {}
     with open(log_path, "wb") as log:
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=str(state_dir), start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=server_env(spec, user), cwd=str(cwd), start_new_session=True, close_fds=True,
+                                **as_user)
     record = record_dir(state_dir) / f"{proc.pid}.json"
     server = Server(spec, proc, port, log_path, record, t0)
     me = os.getpid()

@@ -27,7 +27,8 @@ FINISHED = (ServerLaunch.REFUSED, ServerLaunch.DID_NOT_START, ServerLaunch.STOPP
 def allowlist() -> Allowlist:
     """This host's allowlist, from its worker's settings."""
     return Allowlist.from_settings(settings.LAB_EXECUTABLES, settings.LAB_MODEL_DIRS, settings.LAB_PORTS,
-                                   settings.LAB_LISTEN_ADDRESSES, settings.LAB_GPUS)
+                                   settings.LAB_LISTEN_ADDRESSES, settings.LAB_GPUS, settings.LAB_ENV_ALLOWED,
+                                   settings.LAB_RUN_AS)
 
 
 def launches_create(*, run: Run, recipes: list[ServerRecipe], sweep: dict) -> list[ServerLaunch]:

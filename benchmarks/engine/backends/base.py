@@ -8,7 +8,9 @@ the forms and the advisor all ask the registry; none of them names a backend.
 """
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 # The server's figures under the product's own keys. Each backend maps its /metrics sample names
@@ -38,6 +40,72 @@ Get = Callable[..., Awaitable[object]]
 
 class UnknownBackend(LookupError):
     """A backend name the registry does not hold."""
+
+
+# Environment variables any server may be given by a recipe: thread counts, offline and telemetry
+# switches, allocator and NCCL tuning. None of them loads code, names a flag or listens anywhere.
+SAFE_ENV = frozenset({
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+    "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY", "DO_NOT_TRACK",
+    "PYTORCH_CUDA_ALLOC_CONF", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING",
+    "NCCL_DEBUG", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_SHM_DISABLE"})
+
+_PYTHON = re.compile(r"python[\d.]*")
+_SHELL = re.compile(r"(ba|da|k|z)?sh")
+
+
+def inline_code_at(argv) -> int | None:
+    """Where a Python or a shell is given its program in the arguments (`python -c CODE`, `sh -c
+    CODE`): the index of that code in `argv`, whose flags and paths no backend can read (what it
+    runs is the code's to say); None for any other command."""
+    if not argv:
+        return None
+    name = os.path.basename(argv[0])
+    python, shell = _PYTHON.fullmatch(name), _SHELL.fullmatch(name)
+    if not (python or shell):
+        return None
+    code_next = False
+    for i, arg in enumerate(argv[1:], start=1):  # the interpreter's own options, up to its program
+        if python and arg.startswith("-c"):
+            if arg != "-c":
+                return i  # -cCODE
+            return i + 1 if i + 1 < len(argv) else None
+        if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("--") or (python and arg.startswith("-m")):
+            return i if code_next and not arg.startswith("-") else None
+        code_next = code_next or bool(shell and "c" in arg[1:])
+    return None
+
+
+def _long(flag: str) -> str:
+    # llama.cpp and vLLM read --n_gpu_layers as --n-gpu-layers.
+    return flag.replace("_", "-") if flag.startswith("--") else flag
+
+
+def flag_values(args, flags) -> list[tuple[int, str]]:
+    """Every value `args` gives one of `flags`, with its index: `--flag value`, `--flag=value`,
+    and a long flag abbreviated (`--ho` for `--host`, as argparse takes it). Every occurrence:
+    the last wins in some servers, the first in others."""
+    out = []
+    for i, arg in enumerate(args):
+        name, eq, value = _long(arg).partition("=") if arg.startswith("--") else (arg, "", "")
+        hit = any(name == f or (len(name) > 2 and name.startswith("--") and f.startswith(name)) for f in flags)
+        if hit and eq:
+            out.append((i, value))
+        elif hit:
+            out.append((i + 1, args[i + 1] if i + 1 < len(args) else ""))
+    return out
+
+
+@dataclass(frozen=True)
+class ServerFlags:
+    """What a server's final arguments tell it to do, as its backend reads them."""
+
+    hosts: tuple[str, ...] = ()  # every address it is told to listen on (its default when none)
+    host_is_default: bool = False  # no flag names one: `hosts` is where it listens by default
+    ports: tuple[str, ...] = ()  # every port it is told to listen on
+    models: tuple[str, ...] = ()  # every model (or adapter) it is told to load
+    configs: tuple[str, ...] = ()  # files it is told to read more flags from
+    not_paths: frozenset = frozenset()  # indices into argv of names (--served-model-name) and inline code
 
 
 class Backend:
@@ -156,6 +224,39 @@ class Backend:
             lines.append(f"# TYPE {name} {'counter' if key.endswith('_total') else 'gauge'}")
             lines.append(f"{name}{labels} {values[key]}")
         return "".join(line + "\n" for line in lines)
+
+    # ------------------------------------------------------------------ its command line (the lab's allowlist)
+    # How the lab reads a server's final arguments, so that the host's allowlist judges what the
+    # server will do, whatever the spelling. The defaults are what an unknown server most likely
+    # takes; a backend names its own.
+    host_flags: tuple[str, ...] = ("--host",)
+    port_flags: tuple[str, ...] = ("--port",)
+    model_flags: tuple[str, ...] = ()  # their values must be models under the host's model folders
+    name_flags: tuple[str, ...] = ("--api-key",)  # their values are names, never opened as paths
+    config_flags: tuple[str, ...] = ()  # read more flags from a file: refused, the allowlist cannot see in
+    default_host: str | None = None  # where it listens without a host flag; None: not known
+    safe_env: frozenset = SAFE_ENV  # environment variables a recipe may set (the host may add more)
+    flag_env: tuple[str, ...] = ()  # prefixes of environment variables it reads as flags: never set
+
+    def server_flags(self, argv) -> ServerFlags:
+        """What `argv` (the executable and its final arguments) tells the server to do."""
+        args = list(argv[1:])
+
+        def values(flags):
+            return tuple(v for _, v in flag_values(args, flags))
+
+        code = inline_code_at(argv)
+        hosts = values(self.host_flags)
+        default = not hosts and self.default_host is not None and code is None
+        return ServerFlags(hosts=hosts or ((self.default_host,) if default else ()), host_is_default=default,
+                           ports=values(self.port_flags), configs=values(self.config_flags),
+                           models=values(self.model_flags) + self.positional_models(args),
+                           not_paths=frozenset({i + 1 for i, _ in flag_values(args, self.name_flags)}
+                                               | ({code} if code is not None else set())))
+
+    def positional_models(self, args: list[str]) -> tuple[str, ...]:
+        """Models given without a flag (`vllm serve MODEL`)."""
+        return ()
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"

@@ -3,7 +3,7 @@ metrics (only with `--metrics`), its own `timings` in the last chunk and a BOS t
 every prompt."""
 from __future__ import annotations
 
-from .base import Backend, register, trim
+from .base import SAFE_ENV, Backend, register, trim
 
 
 @register
@@ -14,6 +14,18 @@ class LlamaCpp(Backend):
     serves_any_model = True  # it answers any model name with its one model; it still lists an id
 
     prompt_cache_fields = {"cache_prompt": True}
+
+    # Its command line (common/arg.cpp): every flag that loads a model, adapter or control vector,
+    # from a file or downloaded (a download is refused: its value is no path under the model folders).
+    model_flags = ("-m", "--model", "-md", "--model-draft", "--mmproj", "-mu", "--model-url", "--mmproj-url",
+                   "-hf", "-hfr", "--hf-repo", "-hfd", "-hfrd", "--hf-repo-draft", "-hfv", "-hfrv", "--hf-repo-v",
+                   "-dr", "--docker-repo", "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled")
+    name_flags = ("--api-key", "-a", "--alias")
+    default_host = "127.0.0.1"
+    safe_env = SAFE_ENV | {"GGML_CUDA_ENABLE_UNIFIED_MEMORY"}
+    # It reads any flag from LLAMA_ARG_<FLAG> (LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_ARG_MODEL) and its
+    # log flags from LLAMA_LOG_*: flags by another door, which the allowlist would not see.
+    flag_env = ("LLAMA_ARG_", "LLAMA_LOG_")
 
     def request_extras(self, max_tokens: int) -> dict:
         # cache_prompt off: every request's prefill is measured, none reused from a slot.

@@ -18,6 +18,12 @@ class SGLang(Backend):
     name = "sglang"
     label = "SGLang"
 
+    # Its command line (server_args.py).
+    model_flags = ("--model-path", "--model", "--tokenizer-path", "--speculative-draft-model-path")
+    name_flags = ("--api-key", "--served-model-name")
+    config_flags = ("--config",)  # a YAML file of flags
+    default_host = "127.0.0.1"
+
     def request_extras(self, max_tokens: int) -> dict:
         # Both are SGLang extras of its OpenAI API (min_tokens becomes min_new_tokens). Its radix
         # prefix cache cannot be turned off per request; fresh random prompts keep it cold.

@@ -2,13 +2,27 @@
 renamed)."""
 from __future__ import annotations
 
-from .base import Backend, register
+from .base import SAFE_ENV, Backend, register
 
 
 @register
 class VLLM(Backend):
     name = "vllm"
     label = "vLLM"
+
+    # Its command line: `vllm serve MODEL` or `python -m vllm.entrypoints.openai.api_server --model
+    # MODEL`. Without --host it listens on every interface.
+    model_flags = ("--model", "--tokenizer")
+    name_flags = ("--api-key", "--served-model-name")
+    config_flags = ("--config",)  # a YAML file of flags
+    default_host = "0.0.0.0"
+    # Documented in vLLM's environment variables; VLLM_CACHE_ROOT is a path, held to the model folders.
+    safe_env = SAFE_ENV | {"VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_NO_USAGE_STATS",
+                           "VLLM_DO_NOT_TRACK", "VLLM_CACHE_ROOT", "VLLM_ATTENTION_BACKEND", "VLLM_USE_V1",
+                           "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_LOGGING_LEVEL", "VLLM_ALLOW_LONG_MAX_MODEL_LEN"}
+
+    def positional_models(self, args: list[str]) -> tuple[str, ...]:
+        return tuple(args[i + 1] for i, a in enumerate(args[:-1]) if a == "serve" and not args[i + 1].startswith("-"))
 
     def request_extras(self, max_tokens: int) -> dict:
         return {"ignore_eos": True, "min_tokens": max_tokens}
