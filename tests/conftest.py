@@ -20,6 +20,30 @@ ROOT = Path(__file__).resolve().parent.parent
 LLM_SERVERS = ROOT / "scripts" / "llm-servers.sh"
 
 
+def pytest_configure(config):
+    """Each pytest-xdist worker gets a Redis database of its own for the broker (gw0 the one
+    configured, gw1 the one below...), as pytest-django gives it its own test database: a
+    worker's Celery processes must never take another's runs."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    from django.conf import settings
+
+    url = settings.CELERY_BROKER_URL
+    head, _, db = url.rpartition("/")
+    if url.startswith(("redis://", "rediss://")) and db.isdigit():
+        from v100site.celery import app
+
+        index = int(db) - int(worker[2:])
+        if index < 0:
+            raise pytest.UsageError(f"{worker} has no Redis database below {url}: run fewer test workers")
+        url = f"{head}/{index}"
+        # Celery prefers the environment's CELERY_BROKER_URL to its settings; the app may have read them.
+        os.environ["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL = app.conf.broker_url = url
+        if settings.CELERY_RESULT_BACKEND and settings.CELERY_RESULT_BACKEND.startswith("redis"):
+            settings.CELERY_RESULT_BACKEND = app.conf.result_backend = url
+
+
 @pytest.fixture
 def simulator():
     """Start a simulator process with the given settings; stopped after the test."""
@@ -183,7 +207,8 @@ def vllm_server():
                    timeout=1800)
     port = free_port()
     (ROOT / "var").mkdir(exist_ok=True)
-    log = open(ROOT / "var" / "test-vllm.log", "w")
+    log_path = ROOT / "var" / f"test-vllm-{os.getpid()}.log"
+    log = open(log_path, "w")
     # Its own process group: vLLM starts an engine-core and a worker process under it.
     proc = subprocess.Popen(["bash", str(LLM_SERVERS), "vllm-serve", str(port)], stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -192,7 +217,7 @@ def vllm_server():
         try:
             wait_http(url + "/health", 240, proc)  # ~75-100 s here: imports, torch.compile, warmup
         except RuntimeError as exc:
-            raise RuntimeError(f"{exc}; see var/test-vllm.log") from exc
+            raise RuntimeError(f"{exc}\n{log_path.read_text()[-3000:]}") from exc
         yield url
     finally:
         proc.terminate()

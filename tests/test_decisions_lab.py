@@ -46,7 +46,7 @@ def lab(settings, tmp_path, llama_paths):
     settings.LAB_EXECUTABLES = f"{llama_paths[0]},/bin/sh"
     settings.LAB_MODEL_DIRS = str(Path(llama_paths[1]).parent)
     settings.LAB_STATE_DIR = str(tmp_path / "state")
-    settings.LAB_PORTS = "18340-18359"
+    settings.LAB_PORTS = "18420-18439"  # a range no other test file uses (files run side by side)
     settings.LAB_START_TIMEOUT_S = 120
     settings.LAB_STOP_GRACE_S = 5
     settings.LAB_FREED_TIMEOUT_S = 10
