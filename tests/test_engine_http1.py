@@ -127,9 +127,27 @@ def run_level(url, streams=4, requests=12, use_http1=True, monkeypatch=None, **w
     return asyncio.run(go())
 
 
+# How far a chunk's time may fall outside the simulator's write of it: the kernel's receive time
+# is converted from the wall clock by reading two clocks one after the other (tens of µs on a
+# busy machine). Far below the 1 ms each read is held back below.
+CLOCK_TOL_S = 0.0002
+
+
 def test_the_same_records_as_through_httpx_each_chunk_timed_when_it_arrived(simulator, monkeypatch):
     sim = simulator(decode_ms=8, prefill_ms=20, truth=True)
-    ours = run_level(sim.url, output_tokens=12, prompt_tokens=40)
+    receive, reads = http1.Connection._receive, {}
+
+    def held_back(self):
+        # Every read held back 1 ms: a chunk timed when its bytes were read would be that late;
+        # timed by the kernel's receive time, it is not. Noted: when each response was read.
+        time.sleep(0.001)
+        if self.response is not None:
+            reads.setdefault(self.response.sent, []).append(time.perf_counter())
+        return receive(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(http1.Connection, "_receive", held_back)
+        ours = run_level(sim.url, output_tokens=12, prompt_tokens=40)
     truth = {t["prompt"]: t for t in sim.truth()}
     theirs = run_level(sim.url, use_http1=False, monkeypatch=monkeypatch, output_tokens=12, prompt_tokens=40)
 
@@ -138,16 +156,35 @@ def test_the_same_records_as_through_httpx_each_chunk_timed_when_it_arrived(simu
                  r.client_output_tokens, r.status_code) for r in outcome.results]
     assert shape(ours) == shape(theirs)
     assert all(r.ok and len(r.chunk_times) == 12 for r in ours.results)
-    # Our chunk times are the kernel's arrival times, on the simulator's clock: right after it
-    # wrote each chunk (a loaded machine may delay one read: judged on medians).
-    late, gap_error = [], []
+    # Our chunk times are the kernel's arrival times, on the simulator's clock: each inside the
+    # simulator's write() of it (its times just before and just after), or, for chunks one read
+    # took together, of the latest (the time such a read gives, as http1 says), and only if no
+    # read came between them.
+    # A busy machine widens a write and delays reads; it does not move a kernel time out of its
+    # write. A few may miss (the reader preempted between its two clocks): up to one in 20,
+    # where a time wrong at one place of every stream (its first chunk, say) is one in 12.
+    misses, gap_error, chunks = [], [], 0
     for r in ours.results:
         t = truth[ours.keys[r.index]]
-        arrived = [ours.t0 + r.sent + at for at in r.chunk_times]
-        late += [a - w for a, w in zip(arrived, t["chunks"])]
-        gap_error += [abs((a1 - a0) - (w1 - w0)) for a0, a1, w0, w1 in
-                      zip(arrived, arrived[1:], t["chunks"], t["chunks"][1:])]
-    assert abs(percentile(late, 50)) < 0.001 and percentile(gap_error, 50) < 0.001
+        read_at = reads[min(reads, key=lambda sent: abs(sent - (ours.t0 + r.sent)))]
+        lo, hi = t["chunks_from"], t["chunks"][:-1] + [t["done"]]  # the last may come with the end
+        at = r.chunk_times
+        arrived = [ours.t0 + r.sent + a for a in at]
+        for k, a in enumerate(arrived):
+            chunks += 1
+            j = max(i for i in range(k, len(at)) if at[i] == at[k])  # the latest read with it
+            read_between = any(t["chunks"][k] + CLOCK_TOL_S < x < lo[j] - CLOCK_TOL_S for x in read_at)
+            if read_between or not lo[j] - CLOCK_TOL_S <= a <= hi[j] + CLOCK_TOL_S:
+                misses.append((r.index, k, j, round((a - lo[j]) * 1000, 3), round((hi[j] - lo[j]) * 1000, 3),
+                               read_between))
+            if k and at[k] != at[k - 1]:  # read apart: as far apart as the writes they took
+                gap_error.append(abs((a - arrived[k - 1]) - (t["chunks"][j] - t["chunks"][k - 1])))
+    assert len(misses) <= chunks // 20, (
+        f"{len(misses)} of {chunks} chunks timed outside the simulator's write of them or of a chunk read with "
+        f"them (± {CLOCK_TOL_S * 1000} ms): (request, chunk, the latest read with it, ms after its write began, "
+        f"the write's ms, whether a read came between them) {misses[:20]}")
+    assert gap_error and percentile(gap_error, 50) < CLOCK_TOL_S, (
+        f"the gaps between reads differ from the simulator's by {percentile(gap_error, 50) * 1000:.3f} ms (median)")
 
 
 def test_a_level_of_the_http1_path_reuses_its_connections(simulator):

@@ -20,7 +20,9 @@ receive time, so the simulator's own scheduling delay does not move it; None whe
 system gives no such time), `id` (the X-Request-Id header, if any), `prompt` (`prompt_key` of the prompt, to match a
 client's request by content), `prompt_tokens` (as its usage counts them), `messages` (a chat
 request's [role, tokens] per message), `start` (a slot was free), `due` and `step` (chunk k was due at
-`due + k * step`: the schedule) and `chunks` (when each chunk was handed to the socket).
+`due + k * step`: the schedule), `chunks` (when each chunk was handed to the socket),
+`chunks_from` (just before each was: the kernel took the bytes between the two) and `done`
+(when the stream's last bytes were).
 
 Faults for tests (`fault`, applied to every `fault_every`-th request): http500, reset (the
 connection is dropped mid-stream), stall (stops writing mid-stream), malformed (a non-JSON
@@ -385,7 +387,7 @@ class Simulator:
             return await self.respond(writer, 500, {"error": {"message": "simulated internal error"}}, close)
         truth = {"received": received, "arrived": getattr(writer, "arrived", None),
                  "id": (headers or {}).get("x-request-id"), "prompt": prompt_key(prompt),
-                 "prompt_tokens": n_prompt, "chunks": [],
+                 "prompt_tokens": n_prompt, "chunks": [], "chunks_from": [],
                  # A chat request's messages: each one's role and its length in the simulator's tokens.
                  "messages": [[m.get("role"), len(count_tokens(str(m.get("content", ""))))] for m in req["messages"]]
                  if chat else None} if cfg.truth else None
@@ -465,6 +467,8 @@ class Simulator:
                             else:
                                 c["text"] = p
                             data = encoded[(key if chat else "", p, finish)] = event({**base, "choices": [c]})
+                        if truth is not None:
+                            truth["chunks_from"].append(time.perf_counter())
                         writer.write(data)
                         if truth is not None:
                             # Right after write(): the bytes are in the kernel's socket buffer
@@ -490,6 +494,8 @@ class Simulator:
                                                            usage, timings):
                     writer.write(event(final))
                 writer.write(event(b"[DONE]") + b"0\r\n\r\n")
+                if truth is not None:
+                    truth["done"] = time.perf_counter()
                 await writer.drain()
                 if truth is not None:
                     self.truth.append(truth)
