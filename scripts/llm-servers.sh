@@ -157,6 +157,14 @@ sys.exit(0 if urllib.request.urlopen(req, timeout=120 if body else 2).status == 
 PY
 }
 
+# Stop process group PGID: SIGTERM, up to 30 s to exit, then SIGKILL. (Each kill may find nothing
+# left; under set -e a failing kill would fail the step.)
+stop_group() {
+  kill -TERM -- "-$1" 2>/dev/null || return 0
+  for _ in $(seq 30); do kill -0 -- "-$1" 2>/dev/null || return 0; sleep 1; done
+  kill -KILL -- "-$1" 2>/dev/null || true
+}
+
 vllm_warm() (
   local mark=$CACHE/vllm-cache/.warm-$VLLM_VER
   [ -f "$mark" ] && exit 0
@@ -169,7 +177,7 @@ vllm_warm() (
   # Its own session: vLLM starts an engine-core process under it, stopped with it.
   setsid "$0" vllm-serve "$port" >"$log" 2>&1 &
   pid=$!
-  trap 'kill -TERM -- -$pid 2>/dev/null; sleep 5; kill -KILL -- -$pid 2>/dev/null; true' EXIT
+  trap 'stop_group $pid' EXIT
   for _ in $(seq 900); do
     if ! kill -0 "$pid" 2>/dev/null; then
       local rc=0; wait "$pid" || rc=$?
