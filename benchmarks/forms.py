@@ -1,3 +1,4 @@
+import datetime
 import math
 import re
 
@@ -1012,18 +1013,28 @@ class ApiTokenForm(forms.Form):
     name = TextField(max_length=100, help_text="What uses it, e.g. “CI on staging”: the list shows it.")
 
 
+class TextTimeField(forms.TimeField):
+    """A time of day as text: the API's JSON may send a number, which TimeField would .strip() (a 500)."""
+
+    def to_python(self, value):
+        if value is not None and not isinstance(value, (str, datetime.time)):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return super().to_python(value)
+
+
 class ScheduleForm(forms.Form):
     """When a run repeats, and who is told of a regression: the run page's "Repeat this run on a
     schedule" and the API's schedules (their JSON as this form's data)."""
 
     name = TextField(max_length=200, required=False, help_text="Blank: the run's title or endpoints.")
     every = forms.ChoiceField(choices=Schedule.EVERY, initial=Schedule.DAILY, label="Repeat")
-    at = forms.TimeField(required=False, label="At (UTC)", help_text="Daily and weekly: e.g. 03:00.")
+    at = TextTimeField(required=False, label="At (UTC)", help_text="Daily and weekly: e.g. 03:00.")
     weekday = forms.TypedChoiceField(choices=[("", "—")] + Schedule.WEEKDAYS, coerce=int, empty_value=None,
                                      required=False, label="Weekday", help_text="Weekly.")
     cron = TextField(max_length=100, required=False, label="Cron expression",
                      help_text="Minute hour day-of-month month day-of-week (UTC), e.g. 30 2 * * 1-5.")
-    interval_s = forms.IntegerField(required=False, min_value=1, label="Interval (s)",
+    # At most a year: beat's interval and the column are 32-bit (10**30 was a database error).
+    interval_s = forms.IntegerField(required=False, min_value=1, max_value=366 * 24 * 3600, label="Interval (s)",
                                     help_text="At a fixed interval: seconds between runs.")
     alert_emails = TextField(max_length=500, required=False, label="Alert e-mails",
                              help_text="Comma-separated addresses told of a regression.")

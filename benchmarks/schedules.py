@@ -13,10 +13,11 @@ from django.db import transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from benchmarks import services
+from benchmarks import selectors, services
 from benchmarks.engine.arrivals import ArrivalPattern
 from benchmarks.engine.conversations import Conversation
 from benchmarks.engine.datasets import Dataset
+from benchmarks.forms import RunForm, _levels  # the run form's own limits, judged again as a schedule fires
 from benchmarks.models import Endpoint, EvaluationText, RequestRecord, Run, Schedule, ServerRecipe
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,14 @@ def template_endpoints(template: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------- create, pause, resume, delete
+NOT_YOURS = "Only the member who queued this run, or a staff member, can repeat it on a schedule."
+
+
+def may_repeat(run: Run, user) -> bool:
+    """A schedule reuses the run's uploaded prompts and evaluation text: its owner's (or staff's) to repeat."""
+    return selectors.run_manage_allowed(run, user)
+
+
 def _beat_schedule(schedule: Schedule) -> dict:
     if schedule.every == Schedule.INTERVAL:
         interval, _ = IntervalSchedule.objects.get_or_create(every=schedule.interval_s, period=IntervalSchedule.SECONDS)
@@ -172,6 +181,33 @@ def alerts_update(*, schedule: Schedule, alert_emails: str, webhook_url: str, we
 
 
 # ---------------------------------------------------------------- firing and counting
+class _Problems(list):
+    """Stands in for the run form in its run-time check: collects what it would say."""
+
+    def add_error(self, field, message):
+        self.append(str(message))
+
+
+def template_limits(kwargs: dict) -> list[str]:
+    """What the run form would refuse in a firing's run: requests per run and the run time limit,
+    judged now (the settings may have been lowered since the schedule was saved). The runs-in-flight
+    limit is services.run_create's, as for a submitted run."""
+    sweep = kwargs.get("sweep") or {}
+    servers = sum(len(r.settings(sweep.get(str(r.id)))) for r in kwargs.get("recipes") or [])
+    data = dict(kwargs, _measured=len(kwargs.get("endpoints") or []) + servers)
+    trials, n, duration = data.get("trials") or 1, data.get("requests_per_level") or 0, data.get("duration_s")
+    problems = _Problems()
+    if n > settings.MAX_REQUESTS_PER_LEVEL:
+        problems.append(f"{n} requests per level; the limit is {settings.MAX_REQUESTS_PER_LEVEL}.")
+    if duration and duration > settings.RUN_TIME_LIMIT_S:
+        problems.append(f"a duration of {duration:g} s; the run time limit is {settings.RUN_TIME_LIMIT_S:g} s.")
+    total = data["_measured"] * _levels(data) * trials * n
+    if total > settings.MAX_REQUESTS_PER_RUN:
+        problems.append(f"This run would send {total} requests; the limit is {settings.MAX_REQUESTS_PER_RUN}.")
+    RunForm._check_run_time(problems, data)
+    return list(problems)
+
+
 def schedule_fire(*, schedule_id: int) -> Run | None:
     """Beat's firing: queue the schedule's run through the run service (its worker picks it up
     once the transaction commits). A firing that cannot queue one counts as a failure."""
@@ -183,8 +219,11 @@ def schedule_fire(*, schedule_id: int) -> Run | None:
         kwargs = template_kwargs(schedule.template)
         if not schedule.owner.is_active:
             raise ValidationError("the schedule's owner can no longer log in")
+        if problems := template_limits(kwargs):  # a firing gets no more than a submitted run
+            raise ValidationError(problems)
         return services.run_create(owner=schedule.owner, schedule=schedule, **kwargs)
     except ValidationError as exc:
+        log.warning("schedule %s could not queue a run: %s", schedule.public_id, " ".join(exc.messages))
         schedule_failure(schedule=schedule, why=f"could not queue a run: {' '.join(exc.messages)}")
         return None
 

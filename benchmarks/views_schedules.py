@@ -2,6 +2,7 @@
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -20,6 +21,8 @@ from benchmarks.views import _check_format, _figure_response
 def run_schedule(request, public_id: str):
     """"Repeat this run on a schedule": the run's settings, saved with when to repeat them."""
     run = selectors.run_by_public_id(public_id)
+    if not schedules.may_repeat(run, request.user):
+        raise PermissionDenied(schedules.NOT_YOURS)
     form = ScheduleForm(request.POST)
     if not form.is_valid():
         for field, errors in form.errors.items():

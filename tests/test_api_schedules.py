@@ -122,3 +122,17 @@ def test_a_runs_detail_carries_its_regression_test_and_history_page(client):
     page = client.get(f"/history/{level.fingerprint}/")
     assert page.status_code == 200 and run.public_id in page.content.decode()
     assert client.get("/history/0123456789abcdef/").status_code == 404
+
+
+def test_a_member_cannot_schedule_another_member_s_run_staff_can():
+    """A schedule reuses the run's uploaded prompts and evaluation text: only its owner's or staff's."""
+    run = a_run(user("alice"))
+    bob, _ = token_for("bob")
+    r = post(bob, "schedules/", {"run": run.public_id, "every": "daily", "at": "02:00"})
+    assert r.status_code == 403
+    assert r.json()["errors"] == {"run": ["Only the member who queued this run, or a staff member, can repeat it "
+                                          "on a schedule."]}
+    assert not Schedule.objects.exists()
+    staff, _ = token_for("root", staff=True)
+    r = post(staff, "schedules/", {"run": run.public_id, "every": "daily", "at": "02:00"})
+    assert r.status_code == 201 and Schedule.objects.get().owner.username == "root"

@@ -226,3 +226,10 @@ def test_sharegpt_conversations_too_long_for_the_servers_context_are_left_out_an
     assert left_out >= 1, finding.detail
     assert all(r.ok for r in outcome.results), [r.error for r in outcome.results if not r.ok][:3]
     assert max(r.prompt_tokens + r.output_tokens for r in outcome.results) <= 700
+
+
+def test_a_line_nested_50000_deep_is_a_dataset_error_naming_it_not_a_recursion_error():
+    from benchmarks.engine.datasets import DatasetError, parse_jsonl
+    text = '{"prompt": "hi"}\n' + "[" * 50_000 + "]" * 50_000 + "\n"
+    with pytest.raises(DatasetError, match="^line 2 is nested too deeply"):
+        parse_jsonl(text)

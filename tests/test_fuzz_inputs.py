@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from benchmarks.engine.client import Session, Target, Workload
 from benchmarks.engine.stream import StreamError, parse_chunk
 from benchmarks.forms import RunForm
-from benchmarks.models import Comparison, Decision, ImportedReport, Run
+from benchmarks.models import Comparison, Decision, ImportedReport, Run, Schedule
 from factories import endpoint, measured_run, run_form, user
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
@@ -514,3 +514,113 @@ def test_the_admin_cannot_queue_or_change_a_run_around_the_bounds():
     assert r.status_code == 302
     run.refresh_from_db()
     assert (run.title, run.request_rates, run.duration_s, run.requests_per_level) == ("renamed", [1.0], None, 3)
+
+
+# --- the API's bad input: a field error in JSON, never a 500 or an HTML page -------------------
+
+def _api_member(name="alice"):
+    from test_api import token_for
+    from django.core.cache import cache
+    cache.clear()  # the API's rate limit
+    return token_for(name)[0]
+
+
+def _api_post(client, path, body):
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return checked(client.post("/api/v1/" + path, data=data, content_type="application/json"), path)
+
+
+def _a_run_of(owner):
+    return measured_run([endpoint()], levels=(1,), requests=3, tokens=8, prompt_tokens=32, owner=owner)
+
+
+def _jsonl_run(e, content: str) -> dict:
+    return {"endpoints": [e.name], "output_tokens": 4, "concurrency_levels": [1], "requests_per_level": 2,
+            "warmup_requests": 0, "dataset_source": "jsonl", "dataset_file": {"name": "p.jsonl", "content": content}}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path, body, field, echoed", [
+    ("runs/", {"\ud800": 1}, "__all__", "Unknown fields: \\ud800"),
+    ("runs/", {"load_mode": "x\ud800"}, "load_mode", "x\\ud800"),
+    ("runs/", {"api": "\udfff"}, "api", "\\udfff"),
+    ("schedules/", {"\ud800": 1}, "__all__", "Unknown fields: \\ud800"),
+    ("schedules/", {"every": "\ud83d"}, "every", "\\ud83d"),
+])
+def test_a_lone_surrogate_the_api_error_echoes_is_escaped_not_a_500(path, body, field, echoed):
+    client = _api_member()
+    if path == "runs/":
+        body = {"endpoints": [endpoint().name], **body}
+    else:
+        body = {"run": _a_run_of(user("alice")).public_id, "every": "daily", "at": "02:00", **body}
+    r = _api_post(client, path, body)
+    assert r.status_code == 400 and r["Content-Type"] == "application/json"
+    assert any(echoed in m for m in r.json()["errors"][field]), r.json()
+    assert not Schedule.objects.exists() and Run.objects.count() == (0 if path == "runs/" else 1)
+
+
+@pytest.mark.django_db
+def test_a_json_body_nested_10000_deep_gets_a_json_error_not_a_500():
+    r = _api_post(_api_member(), "runs/", "[" * 10_000 + "]" * 10_000)
+    assert r.status_code == 400
+    assert r.json() == {"error": "invalid input", "errors": {"__all__": ["The JSON body is nested too deeply."]}}
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_dataset_line_nested_50000_deep_gets_a_field_error():
+    content = '{"prompt": "hello"}\n' + '{"a": ' * 50_000 + "1" + "}" * 50_000 + "\n"
+    r = _api_post(_api_member(), "runs/", _jsonl_run(endpoint(), content))
+    assert r.status_code == 400
+    assert r.json()["errors"]["dataset_file"] == [
+        "p.jsonl: line 2 is nested too deeply to be a JSON object of the expected shape."]
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("fields, field, message", [
+    ({"every": "interval", "interval_s": 10**30}, "interval_s", "Ensure this value is less than or equal to 31622400."),
+    ({"every": "daily", "at": 3}, "at", "Enter a valid time."),
+    ({"every": "weekly", "at": 2.5, "weekday": 1}, "at", "Enter a valid time."),
+])
+def test_a_schedule_time_the_database_or_form_could_not_take_gets_a_field_error(fields, field, message):
+    client = _api_member()
+    run = _a_run_of(user("alice"))
+    r = _api_post(client, "schedules/", {"run": run.public_id, **fields})
+    assert r.status_code == 400 and r.json()["errors"][field] == [message]
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_schedule_form_of_the_run_page_refuses_an_interval_of_10_to_the_30():
+    from django.contrib.messages import get_messages
+    owner = user("alice")
+    run = _a_run_of(owner)
+    client = Client()
+    client.force_login(owner)
+    r = checked(client.post(reverse("run-schedule", args=[run.public_id]),
+                            {"every": "interval", "interval_s": str(10**30)}))
+    assert r.status_code == 302 and not Schedule.objects.exists()
+    assert [str(m) for m in get_messages(r.wsgi_request)] == [
+        "Not scheduled: Interval (s): Ensure this value is less than or equal to 31622400."]
+
+
+@pytest.mark.django_db
+def test_a_dataset_of_2_9_mib_can_be_sent_as_json_and_the_body_limit_follows_the_dataset_limit():
+    assert django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE >= 2 * django_settings.MAX_DATASET_MIB * 1024 * 1024
+    line = json.dumps({"prompt": "say \"hi\" " * 200, "output_tokens": 4}) + "\n"
+    content = line * (int(2.9 * 1024 * 1024) // len(line))
+    assert 2.8 * 2**20 < len(content) < 2.9 * 2**20 < len(json.dumps(content))
+    r = _api_post(_api_member(), "runs/", _jsonl_run(endpoint(), content))
+    assert r.status_code == 201, r.content[:500]
+    assert Run.objects.get().dataset
+
+
+@pytest.mark.django_db
+def test_an_api_body_over_the_memory_limit_gets_a_json_413(settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    r = _api_post(_api_member(), "runs/", {"title": "x" * 2000})
+    assert r.status_code == 413 and r["Content-Type"] == "application/json"
+    message = "The body is larger than the limit of 1,000 bytes; nothing was read."
+    assert r.json() == {"error": message, "errors": {"__all__": [message]}}
+    assert not Run.objects.exists()

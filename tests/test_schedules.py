@@ -153,7 +153,7 @@ def test_the_run_page_saves_a_schedule_and_only_its_owner_or_staff_act_on_it(cli
                        {"every": "daily", "at": "04:00", "webhook_url": "http://169.254.169.254/latest"}, follow=True)
     assert "link-local" in hook.content.decode() and not Schedule.objects.exists()
     r = client.post(reverse("run-schedule", args=[run.public_id]),
-                    {"every": "cron", "cron": "30 2 * * 1-5", "webhook_url": "http://127.0.0.1:9/hook",
+                    {"every": "cron", "cron": "30 2 * * 1-5", "webhook_url": "https://hooks.example.org/hook",
                      "webhook_secret": "s3cret-value"})
     schedule = Schedule.objects.get()
     assert r.status_code == 302 and r["Location"] == schedule.get_absolute_url()
@@ -232,3 +232,39 @@ def test_a_schedule_repeats_a_rate_run_s_arrival_pattern_and_a_conversation_run_
         assert rate.arrival_pattern["burstiness"] == 0.5 and talk.conversation["turns"] == 3
     finally:
         app.control.purge()  # no worker measures these runs
+
+
+def test_only_the_run_s_owner_or_staff_can_repeat_it_on_a_schedule(client):
+    """A schedule reuses the run's uploaded prompts and evaluation text: not another member's."""
+    alice, bob, staff = user("alice"), user("bob"), user("root", staff=True)
+    run = _template_run(endpoint(), alice)
+    client.force_login(bob)
+    r = client.post(reverse("run-schedule", args=[run.public_id]), {"every": "daily", "at": "04:00"})
+    assert r.status_code == 403 and not Schedule.objects.exists()
+    client.force_login(staff)
+    r = client.post(reverse("run-schedule", args=[run.public_id]), {"every": "daily", "at": "04:00"})
+    assert r.status_code == 302 and Schedule.objects.get().owner == staff
+
+
+@pytest.mark.parametrize("setting, value, changes, why", [
+    ("MAX_REQUESTS_PER_RUN", 2, {}, "This run would send 3 requests; the limit is 2."),
+    ("MAX_REQUESTS_PER_LEVEL", 2, {}, "3 requests per level; the limit is 2."),
+    ("RUN_TIME_LIMIT_S", 30, {"duration_s": 60}, "a duration of 60 s; the run time limit is 30 s."),
+    ("RUN_TIME_LIMIT_S", 30, {"load_mode": "rate", "request_rates": [0.01], "concurrency_levels": []},
+     "above the run time limit of 30 s"),
+    ("MAX_RUNS_IN_FLIGHT", 0, {}, "runs queued or running"),
+])
+def test_a_firing_gets_the_limits_of_a_submitted_run_and_says_why_it_queued_none(settings, setting, value, changes,
+                                                                                  why):
+    """Settings lowered since the schedule was saved: the firing queues no run, and counts as a failure."""
+    settings.SCHEDULE_PAUSE_AFTER_FAILURES = 1
+    owner = user()
+    template = schedules.template_from_run(_template_run(endpoint(), owner))
+    schedule = schedules.schedule_create(owner=owner, name="daily", template={**template, **changes},
+                                         every=Schedule.DAILY, at=dt.time(3, 0))
+    setattr(settings, setting, value)
+    assert schedules.schedule_fire(schedule_id=schedule.id) is None
+    assert Run.objects.count() == 1  # only the template's
+    schedule.refresh_from_db()
+    assert not schedule.active and schedule.consecutive_failures == 1
+    assert "could not queue a run: " in schedule.paused_reason and why in schedule.paused_reason, schedule.paused_reason

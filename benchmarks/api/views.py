@@ -19,7 +19,7 @@ from rest_framework.response import Response
 
 from benchmarks import selectors, services
 from benchmarks.api import schema
-from benchmarks.api.conventions import Pages
+from benchmarks.api.conventions import Pages, invalid
 from benchmarks.api.payloads import RunPayloadError, run_form_data
 from benchmarks.decorators import hides_addresses
 from benchmarks.compare import differences, ratio_sentences
@@ -84,10 +84,10 @@ def _run_create(request):
     try:
         data, files = run_form_data(request.data)
     except RunPayloadError as e:
-        return Response({"error": "invalid input", "errors": e.errors}, status=400)
+        return invalid(e.errors)
     form = RunForm(data, files)
     if not form.is_valid():
-        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+        return invalid(_form_errors(form))
     try:
         run = services.run_create(owner=request.user, **form.cleaned_data)
     except ValidationError as exc:  # the runs-in-flight limit, checked as the run is inserted
@@ -213,7 +213,7 @@ def models(request):
 def imports(request):
     form = ImportForm(request.POST, request.FILES, upload_refused=getattr(request._request, "upload_refused", ""))
     if not form.is_valid():
-        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+        return invalid(_form_errors(form))
     f = form.cleaned_data["file"]
     try:
         report = services.report_import(owner=request.user, data=f.read(), filename=f.name,
@@ -246,7 +246,7 @@ def comparisons(request):
     data["title"] = title
     form = ComparisonForm(data)
     if not form.is_valid():
-        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+        return invalid(_form_errors(form))
     comparison = services.comparison_create(owner=request.user, **form.cleaned_data)
     return Response(_comparison(comparison, request), status=201,
                     headers={"Location": request.build_absolute_uri(f"/api/v1/comparisons/{comparison.public_id}/")})
@@ -263,7 +263,7 @@ def evaluation_texts(request):
     form = EvaluationTextForm(request.POST, request.FILES,
                               upload_refused=getattr(request._request, "upload_refused", ""))
     if not form.is_valid():
-        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+        return invalid(_form_errors(form))
     upload = form.cleaned_data["file"]
     text = services.evaluation_text_store(owner=request.user, name=form.cleaned_data["name"].strip() or upload["name"],
                                           text=upload["text"])
@@ -307,23 +307,22 @@ def schedules(request):
         return Response([schema.schedule(s, request) for s in selectors.schedules_of(request.user)])
     body = request.data if isinstance(request.data, dict) else None
     if body is None:
-        return Response({"error": "invalid input", "errors": {"__all__": ["Send a JSON object."]}}, status=400)
+        return invalid({"__all__": ["Send a JSON object."]})
     unknown = sorted(set(body) - set(ScheduleForm.base_fields) - {"run"})
     if unknown:
-        return Response({"error": "invalid input", "errors": {"__all__": [f"Unknown fields: {', '.join(unknown)[:300]}."]}},
-                        status=400)
+        return invalid({"__all__": [f"Unknown fields: {', '.join(unknown)[:300]}."]})
     run_id = body.get("run")
     run = Run.objects.filter(public_id=run_id).first() if isinstance(run_id, str) and run_id else None
     if run is None:
-        return Response({"error": "invalid input", "errors": {"run": ["Give the public id of a run to repeat."]}},
-                        status=400)
+        return invalid({"run": ["Give the public id of a run to repeat."]})
+    if not schedules_service.may_repeat(run, request.user):
+        return invalid({"run": [schedules_service.NOT_YOURS]}, status=403, error=schedules_service.NOT_YOURS)
     data = {k: v for k, v in body.items() if k != "run" and v is not None}
     if any(isinstance(v, (dict, list)) for v in data.values()):
-        return Response({"error": "invalid input", "errors": {"__all__": ["Send single values, not lists or objects."]}},
-                        status=400)
+        return invalid({"__all__": ["Send single values, not lists or objects."]})
     form = ScheduleForm(data)
     if not form.is_valid():
-        return Response({"error": "invalid input", "errors": _form_errors(form)}, status=400)
+        return invalid(_form_errors(form))
     created = schedules_service.schedule_create(
         owner=request.user, name=form.cleaned_data["name"] or str(run),
         template=schedules_service.template_from_run(run), **form.schedule_fields())

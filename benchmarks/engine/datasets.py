@@ -204,6 +204,8 @@ def json_lines(text: str, error: type[ValueError], example: str):
             obj = json.loads(line)
         except ValueError as exc:
             raise error(f"line {number} is not JSON ({exc.msg} at column {exc.colno}).") from None
+        except RecursionError:  # json's answer to a line nested thousands deep
+            raise error(f"line {number} is nested too deeply to be a JSON object of the expected shape.") from None
         if not isinstance(obj, dict):
             raise error(f"line {number} is not a JSON object: each line must be like {example}.")
         yield number, obj
