@@ -6,11 +6,12 @@ from django.db.models.constants import LOOKUP_SEP
 from django.template.loader import render_to_string
 
 from benchmarks import services
+from benchmarks.engine.launcher import ENV_MASK
 from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, ServerRecipe, Variant
 
 # Never a filter, search or ordering on these, in any list (a "1 endpoint" or "0" answer to
 # ?api_key__startswith=... gives the key away one character at a time).
-SECRET_FIELDS = {"api_key", "webhook_secret"}
+SECRET_FIELDS = {"api_key", "webhook_secret", "env"}
 
 
 class InventoryAdmin(admin.ModelAdmin):
@@ -149,14 +150,55 @@ class EndpointAdmin(InventoryAdmin):
             self.message_user(request, form.api_key_note, messages.WARNING)
 
 
+class ServerRecipeAdminForm(forms.ModelForm):
+    """The environment's values are write-only (an HF_TOKEN for a gated model): the form shows
+    each as "…", and a name left at "…" keeps its stored value."""
+
+    class Meta:
+        model = ServerRecipe
+        fields = "__all__"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "env" in self.fields and self.instance.pk and isinstance(self.instance.env, dict):
+            self.initial["env"] = masked_env(self.instance.env)
+
+    def clean_env(self):
+        env = self.cleaned_data.get("env")
+        stored = self.instance.env if self.instance.pk and isinstance(self.instance.env, dict) else {}
+        if isinstance(env, dict):
+            env = {k: stored[k] if v == ENV_MASK and k in stored else v for k, v in env.items()}
+            kept = [k for k, v in env.items() if v == ENV_MASK]
+            if kept:
+                raise forms.ValidationError(f"give a value for {', '.join(kept)}: it has none stored")
+        return env
+
+
+def masked_env(env) -> dict:
+    return {str(k): ENV_MASK for k in env} if isinstance(env, dict) else {}
+
+
 @admin.register(ServerRecipe)
 class ServerRecipeAdmin(InventoryAdmin):
     """Staff define recipes; whether a host starts one is its worker's own decision (LAB_*)."""
 
+    form = ServerRecipeAdminForm
     list_display = ("name", "host", "backend", "variant", "executable", "model_path", "sweep_label", "enabled")
     list_filter = ("backend", "host", "enabled")
     search_fields = ("name", "executable", "model_path", "notes")
-    readonly_fields = ("created",)
+    readonly_fields = ("created", "env_names")
+
+    @admin.display(description="environment variables")
+    def env_names(self, recipe):
+        """The names only, each NAME=… (the values may be secrets)."""
+        return " ".join(f"{k}={ENV_MASK}" for k in (recipe.env or {})) or "—"
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        if obj is not None and not self.has_change_permission(request, obj):
+            # View only: the admin would show every field read-only, the values in clear.
+            fields = [f for f in fields if f != "env"]
+        return fields
 
     def get_changeform_initial_data(self, request):
         """GET pre-fills the add form (the decision page's "add a recipe from this command"); the

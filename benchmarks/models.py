@@ -21,7 +21,7 @@ from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary, Topology
 from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, LaunchReport, ServerSpec, env_name_problem,
-                                        parse_gpus, setting_label)
+                                        mask_env, parse_gpus, setting_label)
 from benchmarks.engine.metrics import LevelSummary
 from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX, EvalText, builtin_text, scored_positions
 from benchmarks.engine.quality import QualityResult as QualityFigures
@@ -52,8 +52,10 @@ def validate_endpoint_url(url: str) -> None:
 
 def webhook_addresses():
     """Where alert webhooks may go: never to link-local, cloud metadata and other blocked
-    addresses (the endpoints' rule), and only within WEBHOOK_ALLOWED_NETWORKS when it is set."""
-    return AddressPolicy.from_setting(settings.WEBHOOK_ALLOWED_NETWORKS)
+    addresses (the endpoints' rule), and to loopback, private and other non-public addresses
+    only inside the networks WEBHOOK_ALLOWED_NETWORKS names (else a member's hook could probe
+    the site's own network, port by port)."""
+    return AddressPolicy.public_unless(settings.WEBHOOK_ALLOWED_NETWORKS, "WEBHOOK_ALLOWED_NETWORKS")
 
 
 def validate_webhook_url(url: str) -> None:
@@ -233,6 +235,12 @@ class Endpoint(AlertSettings):
     @property
     def has_api_key(self) -> bool:
         return bool(self.api_key)
+
+    @property
+    def launch_command_shown(self) -> str:
+        """The launch command as people see it: environment values masked (NAME=…), in commands
+        stored before the lab masked them too."""
+        return mask_env(self.launch_command)
 
 
 

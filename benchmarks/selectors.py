@@ -253,29 +253,40 @@ def run_cancel_allowed(run: Run, user) -> bool:
 
 
 ADDRESS_HIDDEN = "[address hidden]"
+PATH_HIDDEN = "[path hidden]"
 
 
 def address_hider(endpoints, hide: bool = True) -> Callable:
     """A function that blanks the endpoints' addresses (base URL, host:port, and a host name
     with a dot or an IP address) in a string, or in the strings of nested lists and dicts:
-    error texts and server notes quote the URL they failed on. Identity when not `hide`."""
+    error texts and server notes quote the URL they failed on. The model path of a server the
+    lab started from a recipe is blanked too (its log, server notes and served model id quote
+    it). Identity when not `hide`."""
     if not hide:
         return lambda value: value
-    texts = set()
+    texts, recipe_ids = set(), set()
     for e in endpoints:
         parts = urlsplit(e.base_url)
         texts |= {e.base_url.rstrip("/"), parts.netloc}
         if parts.hostname and ("." in parts.hostname or ":" in parts.hostname):
             texts.add(parts.hostname)
+        if getattr(e, "recipe_id", None):
+            recipe_ids.add(e.recipe_id)
+    paths = {p.rstrip("/") for p in ServerRecipe.objects.filter(id__in=recipe_ids).values_list(
+        "model_path", flat=True) if p and p.rstrip("/")} if recipe_ids else set()
     texts.discard("")
-    if not texts:
+    if not texts and not paths:
         return lambda value: value
     pattern = re.compile(r"(?<![\w.-])(?:%s)(?![\w-])" % "|".join(
-        re.escape(t) for t in sorted(texts, key=len, reverse=True)), re.IGNORECASE)
+        re.escape(t) for t in sorted(texts | paths, key=len, reverse=True)), re.IGNORECASE)
+    folded = {p.lower() for p in paths}
+
+    def one(match) -> str:
+        return PATH_HIDDEN if match.group(0).lower() in folded else ADDRESS_HIDDEN
 
     def blank(value):
         if isinstance(value, str):
-            return pattern.sub(ADDRESS_HIDDEN, value)
+            return pattern.sub(one, value)
         if isinstance(value, (list, tuple)):
             return [blank(v) for v in value]
         if isinstance(value, dict):
@@ -800,7 +811,7 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
                              "variant": str(e.variant) if e.variant else None,
                              "quantization": e.variant.quantization if e.variant else None,
                              "engine_version": e.engine_version,
-                             "launch_command": None if hide_addresses else e.launch_command,
+                             "launch_command": None if hide_addresses else e.launch_command_shown,
                              "launch_flags": None if hide_addresses else e.launch_flags,
                              "tensor_parallel_size": e.tensor_parallel_size,
                              "server_config": blank(server_config_shown(run.server_config.get(str(e.id)),

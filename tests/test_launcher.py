@@ -114,7 +114,7 @@ def escapes(models: Path) -> list[tuple[str, ServerSpec, dict, str]]:
         ("GLIBC_TUNABLES", llama(env={"GLIBC_TUNABLES": "glibc.malloc.check=3"}), {},
          env_refused.format("GLIBC_TUNABLES")),
         ("HF_HOME=/etc where the host allows HF_HOME", vllm(env={"HF_HOME": "/etc"}), {"env_allowed": "HF_HOME"},
-         f"HF_HOME='/etc' {outside}"),
+         f"the value of HF_HOME {outside}"),  # never the value: a recipe's environment values may be secrets
         ("VLLM_CACHE_ROOT=/etc (a safe name, its path held)", vllm(env={"VLLM_CACHE_ROOT": "/etc"}), {}, outside),
         # Paths, however written.
         ("-m/etc/shadow (a joined short option)", llama("-m/etc/shadow"), {}, f"'-m/etc/shadow' {outside}"),

@@ -628,3 +628,173 @@ def test_levels_stored_before_public_ids_get_random_ones_and_saved_decisions_lin
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+# --- recipe environment values are secrets ------------------------------------------------------
+
+HF_SECRET = "hf_gatedSecret7q2x"
+
+
+def recipe_with_a_token_and_an_old_launch():
+    """A lab recipe that sets HF_TOKEN, and a run whose launch report and endpoint were stored
+    before values were masked (the full command, the token in it)."""
+    from benchmarks.models import Host, ServerLaunch, ServerRecipe
+
+    host = Host.objects.create(name="env-host", hostname="env-host")
+    recipe = ServerRecipe.objects.create(name="gated", host=host, backend="vllm", executable="/opt/vllm/bin/vllm",
+                                         model_path="/models/gated", args=["serve", "{model}", "--port", "{port}"],
+                                         env={"HF_TOKEN": HF_SECRET, "OMP_NUM_THREADS": "2"})
+    command = (f"HF_TOKEN={HF_SECRET} OMP_NUM_THREADS=2 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1 "
+               "/opt/vllm/bin/vllm serve /models/gated --port 8123")
+    e = endpoint(name="gated · lab", host="env-host")
+    e.launch_command, e.enabled = command, False
+    e.save()
+    run = Run.objects.create(owner=user("env-owner"), title="env check", prompt_tokens=16, output_tokens=6, temperature=0.7,
+                             concurrency_levels=[1], requests_per_level=1, warmup_requests=0, status=Run.SUCCEEDED)
+    run.endpoints.set([e])
+    ServerLaunch.objects.create(run=run, recipe=recipe, endpoint=e, status=ServerLaunch.STOPPED,
+                                report={"status": "stopped", "command": command, "port": 8123, "version": 2})
+    return recipe, run
+
+
+def test_a_launch_command_shows_recipe_env_names_but_not_their_values_and_keeps_the_gpu_list():
+    from benchmarks.engine.launcher import LaunchReport, ServerSpec, mask_env
+
+    spec = ServerSpec(executable="/opt/vllm/bin/vllm", model_path="/models/gated", args=("serve", "{model}"),
+                      env={"HF_TOKEN": HF_SECRET}, gpus=(0, 1))
+    line = spec.command_line(8000)
+    assert HF_SECRET not in line and "HF_TOKEN=…" in line and "CUDA_VISIBLE_DEVICES=0,1" in line
+    assert line.endswith("/opt/vllm/bin/vllm serve /models/gated")
+    old = f"HF_TOKEN='{HF_SECRET} x' CUDA_VISIBLE_DEVICES=0 /bin/serve --port 1"
+    assert LaunchReport.from_dict({"command": old}).command == "HF_TOKEN=… CUDA_VISIBLE_DEVICES=0 /bin/serve --port 1"
+    assert HF_SECRET not in mask_env(f"HF_TOKEN='{HF_SECRET} /bin/serve")  # unbalanced quotes: masked too
+
+
+def test_members_see_no_recipe_env_value_on_the_run_page_export_or_api(client):
+    from test_api import token_for
+
+    _, run = recipe_with_a_token_and_an_old_launch()
+    client.force_login(user())
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert HF_SECRET not in page and "HF_TOKEN=…" in page and "CUDA_VISIBLE_DEVICES=0,1" in page
+    export = client.get(reverse("run-export", args=[run.public_id]))
+    assert HF_SECRET not in export.content.decode()
+    assert export.json()["endpoints"]["gated · lab"]["launch_command"].startswith("HF_TOKEN=… OMP_NUM_THREADS=… CUDA")
+    api, _ = token_for("api-member")
+    results = api.get(reverse("api-run-results", args=[run.public_id]))
+    assert results.status_code == 200 and HF_SECRET not in results.content.decode()
+
+
+def test_view_only_staff_never_see_recipe_env_values_and_no_lookup_matches_them(client):
+    recipe, _ = recipe_with_a_token_and_an_old_launch()
+    client.force_login(viewer())
+    page = client.get(reverse("admin:benchmarks_serverrecipe_change", args=[recipe.id])).content.decode()
+    assert HF_SECRET not in page and "HF_TOKEN=…" in page
+    listing = reverse("admin:benchmarks_serverrecipe_changelist")
+    assert HF_SECRET not in client.get(listing).content.decode()
+    for lookup in ("env__HF_TOKEN__startswith", "env__HF_TOKEN", "env__contains", "env__icontains"):
+        assert client.get(listing, {lookup: "hf_"}).status_code == 400, lookup
+    assert client.get(listing, {"q": "hf_gated"}).status_code == 200  # search: not over env
+    assert "0 server recipes" in client.get(listing, {"q": "hf_gated"}).content.decode()
+
+
+def test_staff_who_may_change_a_recipe_see_masked_values_and_keep_them_by_leaving_the_mask(client):
+    import json
+
+    from django.forms.models import model_to_dict
+
+    recipe, _ = recipe_with_a_token_and_an_old_launch()
+    client.force_login(user("root", staff=True))
+    url = reverse("admin:benchmarks_serverrecipe_change", args=[recipe.id])
+    page = client.get(url).content.decode()
+    assert HF_SECRET not in page and "HF_TOKEN" in page
+    data = {k: v for k, v in model_to_dict(recipe).items() if v is not None}
+    data.update(args=json.dumps(recipe.args), sweep=json.dumps(recipe.sweep), notes="edited",
+                env=json.dumps({"HF_TOKEN": "…", "OMP_NUM_THREADS": "4", "NEW_ONE": "…"}),
+                created_0="2026-01-01", created_1="00:00:00")
+    data["env"] = json.dumps({"HF_TOKEN": "…", "OMP_NUM_THREADS": "4"})
+    r = client.post(url, data)
+    assert r.status_code == 302, r.content.decode()[:3000]
+    recipe.refresh_from_db()
+    assert recipe.env == {"HF_TOKEN": HF_SECRET, "OMP_NUM_THREADS": "4"} and recipe.notes == "edited"
+    data["env"] = json.dumps({"HF_TOKEN": "hf_new", "NEW_ONE": "…"})
+    r = client.post(url, data)
+    assert r.status_code == 200 and "NEW_ONE" in r.content.decode()
+    recipe.refresh_from_db()
+    assert recipe.env["HF_TOKEN"] == HF_SECRET
+
+
+def test_anonymous_readers_of_a_permalink_never_see_the_model_path_of_a_recipe(client):
+    """The lab's servers quote their model path in the launch command, the log, the refusal and
+    what they report about themselves (a vLLM's served model id is the path)."""
+    import json
+
+    from benchmarks.models import ServerLaunch
+
+    recipe, run = recipe_with_a_token_and_an_old_launch()
+    path = "/srv/gated-models/llama-70b.gguf"
+    recipe.model_path = path
+    recipe.save()
+    e = run.endpoints.get()
+    e.recipe = recipe
+    e.launch_command = f"/opt/vllm/bin/vllm serve {path} --port 8123"
+    e.save()
+    launch = run.launches.get()
+    launch.report = {**launch.report, "command": e.launch_command,
+                     "log_tail": f"INFO loading model from {path}\nINFO reading {path}/config.json"}
+    launch.save()
+    ServerLaunch.objects.create(run=run, recipe=recipe, setting_index=1, setting={"-c": 8192},
+                                status=ServerLaunch.REFUSED,
+                                report={"status": "refused", "refusal": f"the argument '{path}' names a path outside "
+                                                                        "the folders this host allows"})
+    run.server_config = {str(e.id): {"served_model": path, "declared": {"launch_flags": {}}}}
+    run.save()
+    urls = [run.get_absolute_url(), reverse("run-export", args=[run.public_id]),
+            reverse("api-run-results", args=[run.public_id])]
+    for url in urls:
+        r = client.get(url)
+        assert r.status_code == 200, url
+        text = r.content.decode() if "json" not in r["Content-Type"] else json.dumps(r.json())
+        assert "/srv/gated-models" not in text and "llama-70b" not in text, (url, text[text.find("gated-m") - 200:][:400])
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "[path hidden]" in page and "names a path outside" in page
+    client.force_login(user())  # members see it
+    assert path in client.get(run.get_absolute_url()).content.decode()
+
+
+def test_the_anonymous_api_rate_limit_believes_x_forwarded_for_only_behind_the_configured_proxy(client, settings):
+    from django.core.cache import cache
+
+    _, run = recipe_with_a_token_and_an_old_launch()
+    url = reverse("api-run-results", args=[run.public_id])
+    settings.API_RATE_LIMIT = "3/min"
+    settings.BEHIND_TLS_PROXY = False
+    cache.clear()
+    try:
+        # A new made-up address per request is no new allowance: the socket's peer is counted.
+        codes = [client.get(url, HTTP_X_FORWARDED_FOR=f"203.0.113.{i}").status_code for i in range(5)]
+        assert codes == [200, 200, 200, 429, 429], codes
+        # Behind the proxy, the address it appended (the last entry) is the client's, as for logins.
+        cache.clear()
+        settings.BEHIND_TLS_PROXY = True
+        codes = [client.get(url, HTTP_X_FORWARDED_FOR=f"6.6.6.{i}, 198.51.100.7").status_code for i in range(4)]
+        assert codes == [200, 200, 200, 429], codes
+        assert client.get(url, HTTP_X_FORWARDED_FOR="6.6.6.6, 198.51.100.8").status_code == 200
+    finally:
+        cache.clear()
+
+
+def test_the_migration_masks_env_values_in_stored_launch_commands():
+    """Old rows are masked in the database too: the endpoint admin searches launch_command."""
+    import importlib
+
+    from django.apps import apps
+
+    from benchmarks.models import Endpoint, ServerLaunch
+
+    _, run = recipe_with_a_token_and_an_old_launch()
+    importlib.import_module("benchmarks.migrations.0019_mask_stored_env_values").mask(apps, None)
+    e = run.endpoints.get()
+    assert Endpoint.objects.filter(launch_command__contains="hf_gated").count() == 0
+    assert e.launch_command.startswith("HF_TOKEN=… OMP_NUM_THREADS=… CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE")
+    assert HF_SECRET not in ServerLaunch.objects.get(run=run).report["command"]

@@ -239,8 +239,9 @@ REGRESSION_NOISE_FLOOR_PCT = float(os.environ.get("REGRESSION_NOISE_FLOOR_PCT", 
 # Alerts on a regression: e-mail through Django's mail (the EMAIL_* settings below) and webhooks,
 # delivered by a task tried ALERT_ATTEMPTS times, waiting ALERT_RETRY_BACKOFF_S, then twice, four
 # times as long... between tries. Webhook URLs pass the
-# endpoints' address policy (no link-local or metadata address), within WEBHOOK_ALLOWED_NETWORKS
-# when set.
+# endpoints' address policy (no link-local or metadata address) and go to public addresses only:
+# loopback, private and other internal addresses only inside the networks WEBHOOK_ALLOWED_NETWORKS
+# names (a member's hook must not probe the site's own network).
 ALERT_ATTEMPTS = envint("ALERT_ATTEMPTS", "5")
 ALERT_RETRY_BACKOFF_S = float(os.environ.get("ALERT_RETRY_BACKOFF_S", "30"))
 ALERT_TIMEOUT_S = float(os.environ.get("ALERT_TIMEOUT_S", "10"))
@@ -284,6 +285,9 @@ MAX_IMPORT_LEVELS = envint("MAX_IMPORT_LEVELS", "1000")
 MAX_EVALUATION_TEXT_MIB = envint("MAX_EVALUATION_TEXT_MIB", "2")
 # A run's uploaded prompts (JSONL): up to this many MiB, stored with the run.
 MAX_DATASET_MIB = envint("MAX_DATASET_MIB", "4")
+# A body read into memory (the API's JSON) may carry a dataset of up to MAX_DATASET_MIB as a JSON
+# string, where escaping can double it, plus the other fields (Django's default, 2.5 MiB, refused it).
+DATA_UPLOAD_MAX_MEMORY_SIZE = (2 * MAX_DATASET_MIB + 1) * 1024 * 1024
 FILE_UPLOAD_HANDLERS = ["benchmarks.uploads.FileSizeLimitHandler",
                         "django.core.files.uploadhandler.MemoryFileUploadHandler",
                         "django.core.files.uploadhandler.TemporaryFileUploadHandler"]

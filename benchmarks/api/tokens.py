@@ -86,6 +86,15 @@ class PerTokenRateThrottle(throttling.SimpleRateThrottle):
     def get_rate(self):
         return settings.API_RATE_LIMIT
 
+    def get_ident(self, request):
+        """The site's one client address (v100site.security.client_ip): X-Forwarded-For only
+        behind the configured proxy (BEHIND_TLS_PROXY, as the forwarded protocol), and then its
+        last entry. DRF's own believes the header from anyone: a new address per request would
+        have been a new allowance."""
+        from v100site.security import client_ip
+
+        return client_ip(request)
+
     def get_cache_key(self, request, view):
         token = getattr(request, "auth", None)
         if isinstance(token, ApiToken):

@@ -152,7 +152,7 @@ def _evidence_row(level: LevelResult) -> Evidence | None:
         note=f"{len(point.flags)} validity flags" if point.flags else "",
         model=variant.model.name, weight_bytes=float(variant.size_bytes) if variant.size_bytes else None,
         engine_version=served_version(run.server_config.get(str(endpoint.id))) or endpoint.engine_version,
-        build_flags=endpoint.launch_command or (json.dumps(endpoint.launch_flags, sort_keys=True)
+        build_flags=endpoint.launch_command_shown or (json.dumps(endpoint.launch_flags, sort_keys=True)
                                                if endpoint.launch_flags else ""),
         **_endpoint_spread(endpoint), **{f.name: point.get(f) for f in ADVISOR_FIGURES})
 

@@ -120,16 +120,40 @@ def _blocked(ip: IPAddress) -> str:
     return ""
 
 
+LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
 @dataclass(frozen=True)
 class AddressPolicy:
     """The blocked ranges are always refused; `allowed`, when given, is the only place endpoints
-    may be (empty: anywhere else)."""
+    may be (empty: anywhere else). `internal` (None: no such rule, as for endpoints, which live on
+    private networks) makes every address that is not global — loopback, private, shared
+    (100.64/10), unique-local — refused unless inside one of its networks (webhooks: what a
+    member names must not let them probe the site's own network); `internal_setting` names the
+    setting that lists them, for the messages."""
 
     allowed: tuple[IPNetwork, ...] = ()
+    internal: tuple[IPNetwork, ...] | None = None
+    internal_setting: str = ""
 
     @classmethod
     def from_setting(cls, networks: str | list[str] | tuple[str, ...]) -> "AddressPolicy":
         return cls(allowed=parse_networks(networks))
+
+    @classmethod
+    def public_unless(cls, networks: str | list[str] | tuple[str, ...], setting: str) -> "AddressPolicy":
+        """Public addresses only, and the internal ones inside `networks` (named by `setting`)."""
+        return cls(internal=parse_networks(networks), internal_setting=setting)
+
+    def _internal_reason(self, ip: IPAddress) -> str:
+        if self.internal is None or ip.is_global:
+            return ""
+        if any(ip.version == net.version and ip in net for net in self.internal):
+            return ""
+        what = ("loopback" if ip.is_loopback else "a private address" if ip.is_private
+                else "not a public address")
+        listed = ", ".join(map(str, self.internal)) or "none"
+        return f"is {what}, allowed only inside {self.internal_setting or 'the allowed networks'} ({listed})"
 
     def _outside(self, *ips: IPAddress) -> bool:
         return bool(self.allowed) and not any(
@@ -146,8 +170,11 @@ class AddressPolicy:
                 if why:
                     return f"embeds {v4} ({how}), which {why}"
                 if decides:
+                    internal = self._internal_reason(v4) and self._internal_reason(ip)
+                    if internal:
+                        return f"embeds {v4} ({how}), which {internal}"
                     return outside if self._outside(ip, v4) else ""
-        why = _blocked(ip)
+        why = _blocked(ip) or self._internal_reason(ip)
         if why:
             return why
         return outside if self._outside(ip) else ""
@@ -179,12 +206,19 @@ class AddressPolicy:
                 return f"{host} is not a valid host name."
             if name in METADATA_HOSTS:
                 return f"{name} is a metadata service, not an inference server."
+            if self.internal is not None and (name in LOCAL_NAMES or name.endswith(".localhost")):
+                why = self._internal_reason(ipaddress.ip_address("127.0.0.1"))
+                return self._spelled(host, why) if why else ""
             return ""
         why = self.reason(ip)
         if not why:
             return ""
         spelled = host if ip.version == 6 or str(ip) == host else f"{host} (that is, {ip})"
-        if why.startswith("is outside"):
+        return self._spelled(spelled, why)
+
+    @staticmethod
+    def _spelled(spelled: str, why: str) -> str:
+        if why.startswith("is outside") or "allowed only inside" in why:
             return f"{spelled} {why}."
         return f"{spelled} {why}, not an inference server."
 

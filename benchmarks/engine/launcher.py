@@ -103,6 +103,35 @@ def parse_gpus(text) -> tuple[int, ...]:
     return indices
 
 
+ENV_MASK = "…"
+_ENV_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def mask_env(command: str) -> str:
+    """A command line as shown to people: the values of its leading NAME=value environment
+    assignments masked (NAME=…), except the GPU variables (not secrets). For stored commands
+    written before command_line masked them, and for typed launch commands."""
+    if not command or "=" not in command:
+        return command or ""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: mask every assignment-like word, to be safe
+        return re.sub(r"(?<!\S)([A-Za-z_][A-Za-z0-9_]*)=\S*",
+                      lambda m: m.group(0) if m.group(1) in GPU_ENV else f"{m.group(1)}={ENV_MASK}", command)
+    env, i = [], 0
+    while i < len(words):
+        m = _ENV_ASSIGNMENT.match(words[i])
+        if not m:
+            break
+        name = m.group(1)
+        env.append(f"{name}={shlex.quote(words[i][m.end():])}" if name in GPU_ENV else f"{name}={ENV_MASK}")
+        i += 1
+    if not env:
+        return command
+    rest = shlex.join(words[i:])
+    return " ".join(env) + (" " + rest if rest else "")
+
+
 def gpu_env(gpus) -> dict:
     """The environment that gives a server exactly these GPUs (NVML's indices)."""
     if gpus is None:
@@ -174,8 +203,11 @@ class ServerSpec:
         return [self.executable] + [_PLACEHOLDER.sub(lambda m: values[m.group(1)], a) for a in args]
 
     def command_line(self, port: int) -> str:
-        """The command as a person would type it (for the page and the endpoint's record)."""
-        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in self.full_env.items())
+        """The command as a person would type it (for the page and the endpoint's record), the
+        recipe's environment values masked (NAME=…: they may be secrets, an HF_TOKEN); the GPU
+        variables the worker derives from the GPU list are shown."""
+        env = " ".join(f"{k}={shlex.quote(str(v))}" if k in GPU_ENV else f"{k}={ENV_MASK}"
+                       for k, v in self.full_env.items())
         return (env + " " if env else "") + shlex.join(self.argv(port))
 
     @property
@@ -412,7 +444,7 @@ class Allowlist:
             for piece in path_pieces(str(value)):
                 problem = self._path_problem(piece)
                 if problem:
-                    return f"{name}={value!r} {problem}"
+                    return f"the value of {name} {problem}"  # never the value: it may be a secret
         return ""
 
     def _gpus_problem(self, spec: ServerSpec) -> str:
@@ -949,6 +981,7 @@ class LaunchReport:
         out = {k: v for k, v in data.items() if k in known}
         for key in ("memory_before", "memory_loaded", "memory_peak", "memory_after_stop"):
             out[key] = MemoryReading.from_dict(out.get(key))
+        out["command"] = mask_env(str(out.get("command") or ""))  # older reports stored the values
         cause = out.get("cause") if isinstance(out.get("cause"), dict) else {}
         out["cause"] = Cause(**{k: str(v) for k, v in cause.items() if k in Cause.__dataclass_fields__})
         return cls(**out)

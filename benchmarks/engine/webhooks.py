@@ -71,9 +71,10 @@ def url_problem(url: str, policy: AddressPolicy) -> str:
     and query; the host checked as an endpoint's is, and again, resolved, at each delivery)."""
     try:
         parsed = httpx.URL(url)
+        host = parsed.host  # decodes an IDNA name: "xn--" is an error here, not at delivery
     except (httpx.InvalidURL, ValueError, TypeError, UnicodeError) as exc:
         return f"Not a valid URL: {exc}."
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    if parsed.scheme not in ("http", "https") or not host:
         return "Use an http:// or https:// URL with a host."
     if "#" in url:
         return "A webhook URL takes no fragment."

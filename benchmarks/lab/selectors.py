@@ -55,7 +55,8 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
             "first_token": catalogue.shown(FIRST_TOKEN, f.first_token_s),
             "memory_peak": memory_text(f.memory_peak), "memory_note": f.memory_loaded.note,
             "command": "" if hide_addresses else f.command, "log_tail": blank(f.log_tail),
-            "cause_line": blank(f.cause.line), "failed": launch.status in ("refused", "did_not_start")})
+            "cause_line": blank(f.cause.line), "refusal": blank(f.refusal), "failure": blank(f.failure),
+            "failed": launch.status in ("refused", "did_not_start")})
     best_rows = []
     for launch, value, level in best.values():
         m = best_figure.metric
