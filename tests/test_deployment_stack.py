@@ -76,7 +76,7 @@ def clean_env() -> dict:
     compose interpolates the shell's variables before the env file's, and the test's own would
     point the containers at this machine's test database."""
     env = {k: v for k, v in os.environ.items()
-           if not re.fullmatch(r"[A-Z0-9_]+", k) or k in ("HOME", "DOCKER_HOST", "DOCKER_CONFIG", "LANG")}
+           if not re.fullmatch(r"[A-Z0-9_]+", k) or k in ("HOME", "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CACHE", "LANG")}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     return env
 
