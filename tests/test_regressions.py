@@ -1,14 +1,19 @@
 """Regression tests of each finished run against its comparable runs: the detector on simulated
 history (a planted slowdown is flagged, noise of the same spread is not), and through the run's
 finish with real engine output from simulators whose decode is slower by a known factor."""
+import asyncio
 import random
+import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from benchmarks import history, services
 from benchmarks.engine.catalogue import HIGHER, LOWER, figure
+from benchmarks.engine.client import Load, Session, Target, Timeouts, Workload
 from benchmarks.engine.regression import RegressionReport, Thresholds, compare_figure
 from benchmarks.models import Run
+from benchmarks.services import level_store
 from factories import endpoint, measured_run
 
 THRESHOLDS = Thresholds(window=10, min_history=3, z=3.0, min_change_pct=5.0, noise_floor_pct=1.0)
@@ -87,35 +92,92 @@ def _finish_through_the_service(run: Run) -> Run:
     return run
 
 
+def _run_on(sim, e, *, requests: int, tokens: int, prompt_tokens: int = 64) -> Run:
+    """A finished run of one level (1 user) measured anew by the engine's Session on the
+    simulator `sim` and stored through the real service, as factories.measured_run stores its
+    own (whose simulators all take 20 ms of prefill: here the prefill is the test's)."""
+    run = Run.objects.create(prompt_tokens=prompt_tokens, output_tokens=tokens, temperature=0.7, concurrency_levels=[1],
+                             requests_per_level=requests, warmup_requests=1, status=Run.SUCCEEDED,
+                             progress_total=requests)
+    run.endpoints.set([e])
+
+    async def measure():
+        load = Load(concurrency=1, requests=requests)
+        session = Session(Target(sim.url, e.backend), Workload(prompt_tokens=prompt_tokens, output_tokens=tokens,
+                                                               temperature=0.7, warmup_requests=1),
+                          Timeouts(connect=5, first_byte=30, total=60), loads=[load])
+        try:
+            preflight = await session.preflight()
+            assert preflight.ok, preflight.cause
+            await session.prepare(preflight.model)
+            return await session.measure(load)
+        finally:
+            await session.close()
+    with ThreadPoolExecutor(1) as pool:  # an event loop of its own, as the worker's
+        outcome = pool.submit(asyncio.run, measure()).result()
+    level_store(run=run, endpoint=e, outcome=outcome, level_index=0)
+    return run
+
+
 @pytest.mark.django_db(transaction=True)  # the finish closes stale connections, as a worker's does
-def test_a_release_with_a_slower_decode_is_flagged_on_its_run_and_the_same_server_is_not(settings):
-    """Four runs on a server decoding at 10 ms per token, then one run on the same server and one
-    on a server decoding at 20 ms (a planted slowdown, as a release that broke a kernel): the
-    slow one is flagged on TPOT and per-stream decode, the same server is not. The endpoints
-    differ, the model, variant, GPU and workload do not: they are comparable."""
+def test_a_release_with_a_slower_decode_is_flagged_on_its_run_and_the_same_server_is_not(settings, simulator):
+    """Three runs on a server of 120 ms prefill decoding at 10 ms per token, then one run on the
+    same server and one on a server decoding at 20 ms (a planted slowdown, as a release that
+    broke a kernel): the slow one is flagged on TPOT and per-stream decode, the same server is
+    not. The endpoints differ, the model, variant, GPU and workload do not: they are comparable.
+
+    Each run: 6 requests, one at a time, of 10 tokens: TTFT 120 ms, TPOT 10 ms (20 ms on the slow
+    server), a request 120 + 9 × 10 = 210 ms (300 ms), 60 tokens in 1.26 s (1.8 s). A figure is
+    flagged 25 % worse than its history's mean (and 3 of its standard deviations, at least 1 % of
+    the mean each), so the slow server's TPOT (+100 %) and decode speed (-50 %) are, whatever a
+    stall does to one of its requests (the figures are medians over 6 requests, and a stall only
+    makes the slow run slower). The same server is not flagged unless a figure moves 25 %, which
+    the busy machine's stalls cannot do: TTFT, TPOT and decode are medians of 6 requests, each
+    request's tokens scheduled on absolute times, so one stall moves one request, not the median
+    (the TTFT median would need 3 of 6 requests 30 ms late); aggregate throughput counts every
+    stall, but one of S ms makes it S / (1.26 s + S) worse: 25 % takes S = 420 ms."""
     settings.REGRESSION_MIN_HISTORY = 3
     settings.REGRESSION_MIN_CHANGE_PCT = 25  # real timings wander by several percent; the slowdown is 100 %
-    fast = endpoint(name="vllm-0.9", url="http://127.0.0.1:8")
-    slow = endpoint(name="vllm-0.10", url="http://127.0.0.1:7")
-    kwargs = dict(levels=(1,), requests=6, tokens=16, prompt_tokens=64)
-    first = [measured_run([fast], decode_ms=10.0, **kwargs) for _ in range(4)]
+    fast_sim = simulator(prefill_ms=120, decode_ms=10)
+    slow_sim = simulator(prefill_ms=120, decode_ms=20)
+    fast = endpoint(fast_sim.url, name="vllm-0.9")
+    slow = endpoint(slow_sim.url, name="vllm-0.10")
+    kwargs = dict(requests=6, tokens=10)
+    first = [_run_on(fast_sim, fast, **kwargs) for _ in range(3)]
     assert len({lv.fingerprint for r in first for lv in r.levels.all()}) == 1
-    same = _finish_through_the_service(measured_run([fast], decode_ms=10.0, **kwargs))
+    same = _finish_through_the_service(_run_on(fast_sim, fast, **kwargs))
     report = same.regression_report
-    assert report.tested and not report.regressed, [f.sentence for lv in report.levels for f in lv.figures]
-    slower = _finish_through_the_service(measured_run([slow], decode_ms=20.0, **kwargs))
+    assert report.tested and not report.regressed, (
+        "the same server was flagged: " + "; ".join(f.sentence for lv in report.levels for f in lv.figures))
+    slower = _finish_through_the_service(_run_on(slow_sim, slow, **kwargs))
     flagged = {f.figure for _, f in slower.regression_report.regressions()}
-    assert {"tpot_ms_p50", "decode_tok_s_p50"} <= flagged, flagged
+    assert {"tpot_ms_p50", "decode_tok_s_p50"} <= flagged, (
+        f"a decode twice as slow flagged only {sorted(flagged)}: "
+        + "; ".join(f.sentence for lv in slower.regression_report.levels for f in lv.figures))
     assert slower.levels.get().fingerprint == first[0].levels.get().fingerprint
 
 
 @pytest.mark.django_db
 def test_another_workload_or_variant_is_not_comparable():
+    """Comparable levels share a fingerprint: the same model, variant, GPUs and workload shape,
+    whatever the endpoint, seed, title or SLO (history's docstring). The oracle is that rule,
+    written out: a run of the same shape on another endpoint of the same variant and host,
+    with another seed, title and SLO, shares the first run's fingerprint (and its history);
+    more output tokens or another variant (AWQ) do not."""
     base = endpoint(name="a")
     other_variant = endpoint(name="b", url="http://127.0.0.1:8", quantization="awq")
+    elsewhere = endpoint(name="c", url="http://127.0.0.1:7")  # the same model, variant and host as "a"
     run = measured_run([base], levels=(1,), requests=3, tokens=8, prompt_tokens=64)
+    rerun = measured_run([elsewhere], levels=(1,), requests=3, tokens=8, prompt_tokens=64, seed=5,
+                         title="the same load again", slo_ttft_ms=500)
     more_tokens = measured_run([base], levels=(1,), requests=3, tokens=16, prompt_tokens=64)
     awq = measured_run([other_variant], levels=(1,), requests=3, tokens=8, prompt_tokens=64)
-    prints = {r.levels.get().fingerprint for r in (run, more_tokens, awq)}
-    assert len(prints) == 3
-    assert history.workload_fingerprint(run, base) == run.levels.get().fingerprint
+    prints = {name: r.levels.get().fingerprint for name, r in
+              (("run", run), ("rerun", rerun), ("more tokens", more_tokens), ("awq", awq))}
+    assert all(re.fullmatch(r"[0-9a-f]{16}", p) for p in prints.values()), prints  # the /history/ URL's form
+    assert prints["rerun"] == prints["run"], f"the same workload on another endpoint is not comparable: {prints}"
+    assert len({prints["run"], prints["more tokens"], prints["awq"]}) == 3, (
+        f"another workload or variant shares a fingerprint: {prints}")
+    in_history = {lv.run_id for lv in history.history_levels(prints["run"])}
+    assert in_history == {run.id, rerun.id}, (
+        f"the history of the first run's fingerprint holds runs {sorted(in_history)}, not {run.id} and {rerun.id}")

@@ -8,7 +8,6 @@ import pytest
 from django.urls import reverse
 
 from benchmarks.engine.datasets import sharegpt_available
-from benchmarks.engine.slo_search import rate_grid
 from benchmarks.forms import PRESETS, RunForm
 from benchmarks.models import Endpoint, Gpu, Run
 from conftest import log_in, watched
@@ -50,14 +49,19 @@ def test_a_valid_rate_search_keeps_its_grid_and_arrivals_and_sizes_its_progress(
     form = form_with(**{**SEARCH, "arrivals": "gamma"}, burstiness=0.5, max_concurrency=16, requests_per_level=10)
     assert form.is_valid(), form.errors
     data = form.cleaned_data
-    assert data["search_rates"] == list(rate_grid(4, 32, 25))
+    # The grid written out by hand: 4 × 1.25^k to 4 significant figures for k = 0..9 (4 × 1.25^9 =
+    # 29.80 < 32 < 4 × 1.25^10 = 37.25), then the highest, 32: 11 rates. 7.8125 has 5 significant
+    # figures and rounds half to even: 7.812.
+    grid = [4, 5, 6.25, 7.812, 9.766, 12.21, 15.26, 19.07, 23.84, 29.8, 32]
+    assert data["search_rates"] == grid, f"the form's grid {data['search_rates']}, not 4 × 1.25^k: {grid}"
     assert (data["arrival_pattern"].kind, data["arrival_pattern"].burstiness) == ("gamma", 0.5)
     from benchmarks import services
     run = services.run_create(owner=user(), **data)
     assert run.search_rates == data["search_rates"] and run.max_concurrency == 16 and run.loads() == []
     probe = run.search_load(run.search_rates[3])
     assert (probe.rate, probe.arrivals, probe.burstiness, probe.concurrency) == (run.search_rates[3], "gamma", 0.5, 16)
-    # The progress bar counts the most probes bisection can need over 10 rates: 2 + ⌈log2 9⌉ = 6.
+    # The progress bar counts the most probes bisection can need over 11 rates (positions 0..10):
+    # the lowest, the highest, then halving 10 positions down to adjacent ones: 2 + ⌈log2 10⌉ = 6.
     assert run.progress_total == 6 * 10
     assert "SLO search 4..32 req/s gamma (burstiness 0.5), cap 16" in run.levels_label
 
@@ -76,40 +80,71 @@ def test_the_api_takes_a_rate_search_with_the_form_s_messages():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_rate_search_finds_the_simulators_capacity_within_one_step(client, simulator, celery_worker_process):
-    """4 slots, each request 5 ms of prefill and 20 tokens of 18 ms: 365 ms a request, so the
-    simulator completes at most 4 / 0.365 = 10.96 requests a second. Sent at a constant rate
-    below that, no request waits for a slot (TTFT stays near the prefill); above it each request
-    waits about 1/10.96 - 1/rate longer than the one before, and over 32 requests at 12.21 req/s
-    (the grid's next rate) the last ones wait about 250 ms, past the 100 ms target at p99. On the
-    grid 4, 5, 6.25, ..., 32 (25 % steps) the rate found is 9.766 req/s, the highest under 10.96."""
-    sim = simulator(slots=4, prefill_ms=5, decode_ms=18)
+    """4 slots; each request holds one for its prefill and decode: 20 ms + (20 - 1) tokens ×
+    18 ms = 362 ms (its first token at its prefill's end, the k-th k × 18 ms later). So the
+    simulator completes at most 4 / 0.362 s = 11.05 requests a second. The search runs over the
+    grid 6 × 1.5^k to 4 significant figures, then the highest: 6, 9, 13.5, 20.25, 30.38, 45.56,
+    64 req/s, 32 requests a probe sent at a constant rate, for TTFT p99 ≤ 250 ms. The target
+    and the rates sit far from the latencies on both sides of the answer, so that a stall of
+    100-200 ms on a busy machine cannot move it:
+
+    - at 9 req/s (a request every 111.1 ms) 4 requests span 444.4 ms, so the request 4 before
+      one freed its slot 444.4 - 362 = 82 ms before it arrives: none waits, and every TTFT is
+      the 20 ms prefill plus delivery. A stall of S ms (the simulator's, or a late wake-up)
+      adds at most S to the requests it catches, and the slack of 82 ms every 444 ms drains what
+      it leaves queued within about a second (S = 200 ms: 1.1 s), so p99 stays within 250 ms
+      for any S up to about 225 ms. 6 req/s has more slack still: 6 and 9 req/s meet.
+    - at 13.5 req/s (every 74.07 ms) 4 requests arrive in 296.3 ms while a slot takes 362 ms to
+      come back: each group of 4 waits 65.7 ms longer than the one before. Request i (from 0)
+      waits ⌊i / 4⌋ × 65.7 ms; the last group (28..31) waits 460 ms, TTFT ≈ 480 ms, and p99
+      over 32 (rank 0.99 × 31 = 30.69) lies within that group: ≈ 480 ms, 230 ms over the
+      target. A stall lengthens these waits, except one of the client (its sends late): the
+      simulator catches up during it by at most its length, so p99 ≥ 480 - S. 13.5 misses, and
+      20.25 and 64 req/s (groups waiting 164.5 and 299.5 ms more each) far more.
+
+    Bisection over the grid's 7 positions: 6 (the lowest, met), 64 (the highest, missed), 20.25
+    (position 3, missed), 9 (position 1, met), 13.5 (position 2, missed): the rate found is 9
+    req/s, the highest of the grid under 11.05, with 13.5 missing. Time: 32 requests sent at
+    each of 6, 64, 20.25, 9 and 13.5 req/s, and their waits: about 18 s."""
+    sim = simulator(slots=4, prefill_ms=20, decode_ms=18)
     e = endpoint(sim.url, name="sim-4-slots", quantization="fp8_e4m3")
     Gpu.objects.create(host=e.host, index=0, name=V100["gpu_name"], compute_capability="7.0", memory_total_mib=16384)
     client.force_login(user())
-    r = client.post(reverse("run-new"), run_form([e], **SEARCH, slo_percentile=99, requests_per_level=32,
+    search_fields = {**SEARCH, "search_min_rate": 6, "search_max_rate": 64, "search_rate_step": 50, "slo_ttft_ms": 250}
+    r = client.post(reverse("run-new"), run_form([e], **search_fields, slo_percentile=99, requests_per_level=32,
                                                  output_tokens=20, trials=1))
     assert r.status_code == 302, r.content.decode()[:2000]
     run = wait_finished(Run.objects.get(), timeout=240)
     assert run.status == Run.SUCCEEDED, run.error
+    grid = [6, 9, 13.5, 20.25, 30.38, 45.56, 64]  # 6 × 1.5^k, k = 0..5 (6 × 1.5^6 = 68.3 > 64), then 64
+    assert run.search_rates == grid, f"the run's grid {run.search_rates}, not 6 × 1.5^k then 64: {grid}"
     search = run.searches()[str(e.id)]
-    assert (search.status, search.best, search.missed_above) == ("found", 9.766, 12.21), search.to_dict()
-    # Bisection over the 10 rates' positions: 4 met, 32 missed, 12.21 missed, 6.25, 7.812, 9.766 met.
-    assert [p.load for p in search.probes] == [4, 32, 12.21, 6.25, 7.812, 9.766]
-    assert sorted(run.levels.values_list("rate", flat=True)) == sorted(p.load for p in search.probes)
-    assert run.progress_done == run.progress_total == 6 * 32
+    met = {p.load: p.met for p in search.probes}
+    assert [p.load for p in search.probes] == [6, 64, 20.25, 9, 13.5] and met == {
+        6: True, 64: False, 20.25: False, 9: True, 13.5: False}, (
+        f"probes (req/s: met) {met}, in that order; expected 6, 9 within TTFT p99 ≤ 250 ms (no request waits) "
+        f"and 13.5, 20.25, 64 past it (the last requests wait 460 ms and more): {search.to_dict()}")
+    assert (search.status, search.best, search.missed_above) == ("found", 9, 13.5), (
+        f"found {search.best!r} ({search.status}, {search.missed_above!r} missed), not 9 req/s under the simulator's "
+        f"11.05: {search.to_dict()}")
+    assert sorted(run.levels.values_list("rate", flat=True)) == [6, 9, 13.5, 20.25, 64]
+    # 5 probes of 32 requests, and 5 is also the most bisection can need over 7 positions: 2 + ⌈log2 6⌉.
+    assert run.progress_done == run.progress_total == 5 * 32, (run.progress_done, run.progress_total)
     page = client.get(run.get_absolute_url()).content.decode()
-    assert "sustains 9.766 req/s within TTFT p99 ≤ 100 ms (12.21 req/s misses)" in page
-    # At the answer the open loop kept up: its measured request throughput is near the rate sent.
-    at_best = re.search(r"At 9\.766 req/s: (.*?)</span>\s*<br>", page, re.S).group(1)
+    assert "sustains 9 req/s within TTFT p99 ≤ 250 ms (13.5 req/s misses)" in page
+    # At the answer the open loop kept up: 32 requests sent on time over 31 / 9 = 3.444 s, the last
+    # one done 362 ms later, is 32 / 3.806 s = 8.41 req/s at most; a 200 ms stall makes it 7.99.
+    at_best = re.search(r"At 9 req/s: (.*?)</span>\s*<br>", page, re.S).group(1)
     throughput = float(re.search(r"Request throughput ([\d.]+)", at_best).group(1))
-    assert 8.5 <= throughput <= 10.5, at_best
+    assert 7.5 <= throughput <= 8.6, f"request throughput at 9 req/s {throughput}, not about 8.41: {at_best}"
     assert "TTFT from schedule" in page  # rate mode's schedule-based latency is on its results table
-    decision = decide({**V100, "users": "4", "ttft_p90_ms": "200"})
+    decision = decide({**V100, "users": "4", "ttft_p90_ms": "300"})
     page = client.get(decision.get_absolute_url()).content.decode()
-    said = re.search(r"sim-4-slots sustains 9\.766 req/s within your targets \(TTFT p99 ≤ 100 ms\), about "
+    said = re.search(r"sim-4-slots sustains 9 req/s within your targets \(TTFT p99 ≤ 250 ms\), about "
                      r"([\d.]+) requests in flight on average", page)
-    # Little's law: at 9.766 req/s and about 365 ms a request, about 3.6 in flight (of 4 slots).
-    assert said and 3.0 <= float(said.group(1)) <= 4.0, page[page.find("slo-capacity"):][:1500]
+    # Little's law: 8.41 req/s completed × 0.362 s a request = 3.04 in flight (of 4 slots); a stall
+    # lowers the throughput and lengthens a few requests: about 2.9 for one of 200 ms.
+    assert said and 2.6 <= float(said.group(1)) <= 3.4, page[page.find("slo-capacity"):][:1500]
 
 
 @pytest.mark.browser

@@ -53,13 +53,13 @@ def test_the_stored_search_reads_back_as_it_was_written():
         SloTarget(95, ttft_ms=1)
 
 
-def _measure_search(url: str, high: int, requests: int) -> SloSearch:
+def _measure_search(url: str, high: int, requests: int, ttft_ms: float) -> SloSearch:
     async def run():
         loads = [Load(concurrency=high, requests=requests)]
         session = Session(Target(url, "vllm"), Workload(prompt_tokens=16, output_tokens=20, temperature=0.0,
                                                         warmup_requests=1),
                           Timeouts(connect=5, first_byte=30, total=60), loads=loads)
-        search = SloSearch(SloTarget(99, ttft_ms=100), low=1, high=high)
+        search = SloSearch(SloTarget(99, ttft_ms=ttft_ms), low=1, high=high)
         try:
             preflight = await session.preflight()
             assert preflight.ok, preflight.cause
@@ -76,16 +76,37 @@ def _measure_search(url: str, high: int, requests: int) -> SloSearch:
 
 
 def test_the_search_finds_the_simulators_slot_count(simulator):
-    """The simulator serves `slots` requests at once; a request beyond them waits for a whole
-    request: prefill 5 ms + 20 tokens × 10 ms = 205 ms. So up to 6 users (its slots) TTFT is
-    the 5 ms prefill plus the client's overhead, and at 7 at least one request of every round
-    of 16 waits 205 ms, which p99 over 16 requests cannot hide (it weighs the slowest by 0.85):
-    with a 100 ms target the highest load within it is 6, exactly."""
-    sim = simulator(slots=6, prefill_ms=5, decode_ms=10)
-    search = _measure_search(sim.url, high=16, requests=16)
-    assert search.status == "found", search.to_dict()
-    assert search.best == 6, search.to_dict()
-    assert {p.concurrency: p.met for p in search.probes}[7] is False
+    """The simulator serves `slots` = 4 requests at once; each holds its slot for its prefill and
+    its decode: 20 ms + (20 - 1) tokens × 15 ms = 305 ms (its first token is written when its
+    prefill ends, the k-th k × 15 ms later). The target, TTFT p99 ≤ 250 ms, sits far from the
+    latencies on both sides of the answer, so that one stall of 100-200 ms on a busy machine
+    cannot move it:
+
+    - up to 4 users no request waits for a slot: every TTFT is the 20 ms prefill plus delivery.
+      A stall of S ms (the simulator's, or a late wake-up) adds at most S to the requests it
+      catches, so p99 stays within 250 ms for any S up to about 225 ms: 4 users meet.
+    - 5 users, 9 requests: the fifth of the first five waits for the first slot freed, a whole
+      request (305 ms: TTFT ≈ 325 ms); when the first four finish, their users send the last
+      four requests, three take the free slots and one waits for the fifth to finish (another
+      ≈ 305 ms). Two of 9 requests wait a whole request, and p99 over 9 (linear interpolation
+      at rank 0.99 × 8 = 7.92) lies between those two: ≈ 325 ms. A stall only lengthens a wait,
+      except one of the client between two sends, which can shorten one of them; p99 is still
+      0.92 of the other: ≥ 300 ms. 5 users miss.
+    - more users wait as long or longer: latency grows with load, and the answer is 4.
+
+    Bisection between 1 and 8 probes 1 (met), 8 (missed), 4 (met), 6 (missed), 5 (missed):
+    the highest load within the target is 4, the slot count, exactly. Time: the probes of 9
+    requests take 9 rounds of 305 ms at 1 user and 3 at each of 4, 5, 6 and 8: about 6.4 s."""
+    sim = simulator(slots=4, prefill_ms=20, decode_ms=15)
+    search = _measure_search(sim.url, high=8, requests=9, ttft_ms=250)
+    met = {p.concurrency: p.met for p in search.probes}
+    assert [p.concurrency for p in search.probes] == [1, 8, 4, 6, 5] and met == {
+        1: True, 8: False, 4: True, 6: False, 5: False}, (
+        f"probes (users: met) {met}, in that order; expected 1 and 4 within TTFT p99 ≤ 250 ms (20 ms prefill, "
+        f"no wait), 5, 6 and 8 past it (requests wait 305 ms for a slot): {search.to_dict()}")
+    assert (search.status, search.best) == ("found", 4), (
+        f"the search found {search.best!r} ({search.status}), not the simulator's 4 slots: {search.to_dict()}")
+    assert search.words == "serves 4 concurrent users within TTFT p99 ≤ 250 ms (5 concurrent users miss)", search.words
 
 
 def test_the_rate_grid_steps_by_its_percentage_from_the_lowest_to_the_highest():
