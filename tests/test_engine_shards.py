@@ -14,6 +14,7 @@ from benchmarks.engine.metrics import summarize_level
 from benchmarks.engine.shards import (CHUNKS_PER_S_PER_PROCESS, ShardedLevel, ShardFailed, measure_level,
                                       processes_for)
 from benchmarks.engine.validity import level_flags
+from cpu_waits import CpuWaits
 
 PREFILL_MS, DECODE_MS, OUTPUT = 30.0, 10.0, 12
 # The simulator writes the first chunk PREFILL_MS after it read the request and never early; on
@@ -72,13 +73,18 @@ def test_sharded_level_keeps_every_record_and_the_same_metrics(sim):
 
 def test_shards_start_together_on_the_shared_clock(sim):
     # As many shards as this machine has cores: more would wait for a core, not for the barrier.
-    outcome = run(sim.url, Load(concurrency=4, requests=8), 2)
+    with CpuWaits() as waits:
+        outcome = run(sim.url, Load(concurrency=4, requests=8), 2)
     figures = ClientFigures.from_dict(outcome.client)
     firsts = [s.first_send_ms for s in figures.shards]
     assert len(firsts) == 2 and all(f is not None for f in firsts)
-    # Released at one start time (the level's t0): each shard's first send a few ms after it at most.
-    assert all(0.0 <= f < 8.0 for f in firsts), firsts
-    assert max(firsts) - min(firsts) < 5.0, firsts
+    # Released at one start time (the level's t0): each shard's first send a few ms after it at
+    # most, not counting the time the kernel kept the shard waiting for a CPU meanwhile (a busy
+    # machine's doing; the shard's own sleeping or work past the start counts).
+    waited = [waits.between(s.pid, outcome.t0, outcome.t0 + s.first_send_ms / 1000) for s in figures.shards]
+    why = f"first sends {firsts} ms after the start, of which {waited} ms waiting for a CPU"
+    assert all(0.0 <= f < 8.0 + w for f, w in zip(firsts, waited)), why
+    assert max(firsts) - min(firsts) < 5.0 + max(waited), why
     assert min(r.sent for r in outcome.results) >= 0.0
 
 

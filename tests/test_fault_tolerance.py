@@ -1,9 +1,12 @@
 """Surviving killed workers, a restarted broker, runs past their time limit and misbehaving
 servers — with real PostgreSQL, Redis and worker processes."""
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
+from urllib.parse import urlsplit
 
 import pytest
 from celery import Celery
@@ -34,6 +37,15 @@ def create_run(endpoints, **kw):
                   concurrency_levels=[1, 2], requests_per_level=8, warmup_requests=0)
     fields.update(kw)
     return services.run_create(**fields)
+
+
+@contextlib.contextmanager
+def hold_port(port):
+    """Bind 127.0.0.1:`port` without listening: nobody else can listen there meanwhile."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the dead server's TIME_WAITs
+        s.bind(("127.0.0.1", port))
+        yield
 
 
 def wait_for(predicate, timeout, what):
@@ -182,15 +194,19 @@ def test_a_server_gone_mid_level_fails_the_remaining_requests_with_a_connect_cau
     wait_for(lambda: Run.objects.get(id=run.id).progress_done >= 3, 60, "a few measured requests")
     sim.proc.kill()
     sim.proc.wait(10)
-    run = finished(run)
+    # Hold the freed port, bound but not listening, so that no server another test starts on a
+    # free port (tests run in parallel) takes it: connections to it are refused, as to a dead server.
+    with hold_port(urlsplit(sim.url).port):
+        run = finished(run)
     assert run.status == Run.PARTIAL and run.error == ""
     [level] = run.levels.all()
     records = list(level.requests.all())
     assert len(records) == 20 and 2 <= level.completed < 20 and level.failed == 20 - level.completed
     failed = [r for r in records if r.error]
     # The one in flight lost its connection; every later one found nobody listening.
-    assert {r.error_kind for r in failed[1:]} == {"connect"}
-    assert all(r.error.startswith("cannot connect: ConnectError") for r in failed[1:])
+    errors = [(r.index, r.error_kind, r.error) for r in failed]
+    assert {r.error_kind for r in failed[1:]} == {"connect"}, errors
+    assert all(r.error.startswith("cannot connect: ConnectError") for r in failed[1:]), errors
     assert failed[0].error_kind in ("protocol", "connect")
 
 

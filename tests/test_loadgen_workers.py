@@ -3,9 +3,7 @@ simulator: one start for both on the shared start time, every record merged, eac
 offset measured, a cancel stopping both."""
 import asyncio
 import os
-import threading
 import time
-from pathlib import Path
 
 import pytest
 from django.test import override_settings
@@ -15,6 +13,7 @@ from benchmarks.engine.client import Cancelled, Load, Session, Target, Workload
 from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.metrics import summarize_level
 from conftest import spawn_worker, stop_worker, worker_env
+from cpu_waits import CpuWaits
 
 PREFILL_MS, DECODE_MS, OUTPUT = 30.0, 10.0, 12
 QUEUE = f"loadgen-test-{os.getpid()}"
@@ -42,16 +41,6 @@ def prepared(url, load):
     return go()
 
 
-def cpu_waits(pids, readings, stop):
-    """Until `stop`, every 2 ms: how long each process's main thread (a solo-pool worker runs its
-    shard's event loop there) has waited for a CPU so far, in ms, as the kernel counts it
-    (/proc/<pid>/schedstat: time on a run queue, not running)."""
-    while not stop.is_set():
-        readings.append((time.perf_counter(),
-                         {p: int(Path(f"/proc/{p}/schedstat").read_text().split()[1]) / 1e6 for p in pids}))
-        time.sleep(0.002)
-
-
 def spread(url, load, **kw):
     """A prepared session's level over the two workers."""
     async def go():
@@ -67,14 +56,8 @@ def spread(url, load, **kw):
 def test_level_over_two_workers(loadgen_workers, simulator):
     sim = simulator(dialect="vllm", prefill_ms=PREFILL_MS, decode_ms=DECODE_MS, slots=256)
     worker_pids = {p.pid for p in loadgen_workers}
-    readings, stop = [], threading.Event()
-    watch = threading.Thread(target=cpu_waits, args=(worker_pids, readings, stop), daemon=True)
-    watch.start()
-    try:
+    with CpuWaits(worker_pids) as waits:
         outcome = spread(sim.url, Load(concurrency=4, requests=16))
-    finally:
-        stop.set()
-        watch.join()
     assert [r.index for r in outcome.results] == list(range(16))
     assert all(r.ok and r.output_tokens == OUTPUT for r in outcome.results), [r.error for r in outcome.results]
     ttft = summarize_level(outcome.results, outcome.wall_s).value("ttft_ms")
@@ -88,9 +71,7 @@ def test_level_over_two_workers(loadgen_workers, simulator):
     # doing; a shard's own sleeping or work past the start counts).
     assert all(abs(s.clock_offset_ms) < 5.0 and s.clock_rtt_ms < 50.0 for s in figures.shards)
     for s in figures.shards:
-        before = [w for t, w in readings if t <= outcome.t0][-1]
-        after = next(w for t, w in readings if t >= outcome.t0 + s.first_send_ms / 1000)
-        waited = after[s.pid] - before[s.pid]
+        waited = waits.between(s.pid, outcome.t0, outcome.t0 + s.first_send_ms / 1000)
         assert -2.0 <= s.first_send_ms < 15.0 + waited, (
             f"shard {s.shard}: first send {s.first_send_ms:.1f} ms after the start, of which at most "
             f"{waited:.1f} ms waiting for a CPU")

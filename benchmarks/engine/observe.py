@@ -48,6 +48,7 @@ async def measure_observed(session: Session, load: Load, progress: ProgressCallb
         gpus.start()
     server = MetricsSampler(session.target.base_url, metrics_interval_s, client=session.client)
     server.start()
+    await server.first_scraped()
     try:
         if measure is not None:
             outcome = await measure()

@@ -290,13 +290,26 @@ class MetricsSampler:
         self.samples: list[MetricsSample] = []
         self.skipped_ticks = 0
         self._task: asyncio.Task | None = None
+        self._first_done: asyncio.Event | None = None
 
     def start(self) -> None:
         """Call from inside the running event loop."""
         if self.client is None:
             self.client = httpx.AsyncClient(timeout=self.timeout_s)
         self.status = "running"
+        self._first_done = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="metrics-sampler")
+
+    async def first_scraped(self) -> None:
+        """Returns once the first scrape has its answer (or the task ended): a level begun after
+        it cannot be counted in the sample that says whether the server was idle at the start."""
+        if self._first_done is None or self._task is None:
+            return
+        waiter = asyncio.ensure_future(self._first_done.wait())
+        try:
+            await asyncio.wait([waiter, self._task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
 
     async def _scrape_once(self) -> bool:
         """One scrape into self.samples; False when the endpoint is not available."""
@@ -325,6 +338,7 @@ class MetricsSampler:
         start = self.clock()
         k = 0
         while await self._scrape_once():
+            self._first_done.set()
             k += 1
             now = self.clock()
             late = int((now - start) / self.interval_s) + 1
