@@ -14,18 +14,18 @@ T, F = True, False
 
 # cc -> can start: for a vLLM release before PR #29901 (v0.12), one after it (v0.13), and the version
 # unknown (some release starts it). vLLM docs and fp8.py/awq.py/gptq.py: FP8 8.0 then 7.5, AWQ 7.5,
-# vLLM itself 7.0 (7.5 from v0.21); llama.cpp from Maxwell, P100 included.
+# vLLM itself 7.0 (7.5 from v0.20); llama.cpp from Maxwell, P100 included.
 TABLE = {
     "vllm-fp8":         {"v0.12": [F, F, F, F, F, T, T, T, T], "v0.13": [F, F, F, F, T, T, T, T, T],
                          "unknown": [F, F, F, F, T, T, T, T, T]},
     "vllm-awq":         {"v0.12": [F, F, F, F, T, T, T, T, T], "v0.13": [F, F, F, F, T, T, T, T, T],
                          "unknown": [F, F, F, F, T, T, T, T, T]},
-    "vllm-gptq":        {"v0.12": [F, F, F, T, T, T, T, T, T], "v0.21": [F, F, F, F, T, T, T, T, T],
+    "vllm-gptq":        {"v0.12": [F, F, F, T, T, T, T, T, T], "v0.20": [F, F, F, F, T, T, T, T, T],
                          "unknown": [F, F, F, T, T, T, T, T, T]},
     "llamacpp-q4_k_m":  {"unknown": [T, T, T, T, T, T, T, T, T]},
 }
 BUILDS = {"unknown": EngineBuilds(), "v0.12": EngineBuilds(vllm_version=(0, 12)),
-          "v0.13": EngineBuilds(vllm_version=(0, 13)), "v0.21": EngineBuilds(vllm_version=(0, 21))}
+          "v0.13": EngineBuilds(vllm_version=(0, 13)), "v0.20": EngineBuilds(vllm_version=(0, 20))}
 
 
 @pytest.mark.parametrize("key,build,cc,expected", [
@@ -38,7 +38,7 @@ def test_it_follows_the_eligibility_table(key, build, cc, expected):
 
 @pytest.mark.parametrize("cc,version,expected", [
     ((6, 1), None, False), ((7, 0), None, True), ((7, 5), None, True),
-    ((6, 1), (0, 21), False), ((7, 0), (0, 21), False), ((7, 5), (0, 21), True), ((9, 0), (0, 21), True),
+    ((6, 1), (0, 20), False), ((7, 0), (0, 20), False), ((7, 5), (0, 20), True), ((9, 0), (0, 20), True),
     ((7, 0), (0, 14), True),
 ])
 def test_it_drops_volta_from_vllm_0_21(cc, version, expected):
@@ -46,10 +46,10 @@ def test_it_drops_volta_from_vllm_0_21(cc, version, expected):
 
 
 def test_an_unknown_version_names_the_releases_that_start_it():
-    assert start_check(FP16, (7, 0)).releases_text == "before v0.21"
+    assert start_check(FP16, (7, 0)).releases_text == "before v0.20"
     assert start_check(BY_KEY["vllm-fp8"], (7, 5)).releases_text == "v0.13 or later"
     assert start_check(BY_KEY["vllm-fp8"], (8, 0)).releases_text == ""  # every release
-    assert start_check(BY_KEY["vllm-fp8"], (7, 5), EngineBuilds(vllm_version=(0, 21))).releases_text == ""
+    assert start_check(BY_KEY["vllm-fp8"], (7, 5), EngineBuilds(vllm_version=(0, 20))).releases_text == ""
 
 
 def test_it_refuses_fp8_on_volta_citing_fp8_py_and_pr_29901():
@@ -60,8 +60,10 @@ def test_it_refuses_fp8_on_volta_citing_fp8_py_and_pr_29901():
 
 
 def test_a_given_version_says_which_rule_refused_it():
-    (reason,) = ineligible_reasons(BY_KEY["vllm-fp8"], (7, 5), EngineBuilds(vllm_version=(0, 12)))
+    reason, releases = ineligible_reasons(BY_KEY["vllm-fp8"], (7, 5), EngineBuilds(vllm_version=(0, 12)))
     assert "with vLLM v0.12" in reason and "before v0.13" in reason
+    # FP8 runs on Turing from v0.13 (PR #29901): the refusal says which releases do start it
+    assert releases.startswith("vLLM releases v0.13 or later still start it on this GPU")
 
 
 def test_it_refuses_awq_on_volta_citing_the_issues():
@@ -92,6 +94,6 @@ def test_every_fact_has_a_source_and_a_date():
 
 def test_every_requirement_is_a_fact_with_a_minimum():
     for c in DEFAULT_CANDIDATES:
-        for f in required_facts(c) + required_facts(c, EngineBuilds((0, 21))):
+        for f in required_facts(c) + required_facts(c, EngineBuilds((0, 20))):
             assert f.min_cc is not None
         assert fact(c.size_fact).value is not None

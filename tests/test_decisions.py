@@ -170,7 +170,9 @@ def test_the_page_flags_the_published_vllm_figures_as_not_reproducible(member):
         assert 'class="flag not-reproducible">not reproducible with upstream vLLM' in section
         assert section.count("These figures are not reproducible with upstream vLLM") == 1  # said once
     assert "V100 write-up (published, not measured here)" in page
-    assert "seed-v100-writeup.md" in page  # where the published figures come from
+    # where the published figures come from, in words a reader can follow (no file of ours)
+    assert "a blog post: vLLM FP8 against llama.cpp Q4_K_M on 2 x Tesla V100 PCIe 16 GB" in page
+    assert "shared/reference" not in page and "measured-here.md" not in page
 
 
 @pytest.mark.parametrize("users", range(1, 9))
@@ -352,7 +354,36 @@ def errors_for(**overrides):
     ("model", "987654", "Pick a registered model"),
 ])
 def test_it_rejects_bad_values_with_a_field_message(field, value, message):
-    assert message in " ".join(errors_for(**{field: value})[field])
+    # a GPU no datasheet row knows: what is left blank cannot be filled in
+    assert message in " ".join(errors_for(**{"gpu_name": "Custom board", field: value})[field])
+
+
+def test_a_gpu_from_the_table_fills_in_what_is_left_blank_and_a_stated_value_wins():
+    # NVIDIA's datasheets: the H100 SXM is compute capability 9.0 with 80 GB; the A10G is AWS's A10 variant, 24 GB
+    f = DecisionForm(form(gpu_name="H100 (SXM)", compute_capability="", vram_gib=""))
+    assert f.is_valid(), f.errors
+    assert f.specs.gpu.compute_capability == (9, 0) and f.specs.gpu.vram_gib == 80.0
+    f = DecisionForm(form(gpu_name="NVIDIA A10G", compute_capability="", vram_gib="22.5"))
+    assert f.is_valid(), f.errors
+    assert f.specs.gpu.compute_capability == (8, 6) and f.specs.gpu.vram_gib == 22.5
+
+
+def test_the_page_offers_the_gpu_table(member):
+    page = member.get(reverse("decision-new")).content.decode()
+    assert 'list="gpu-models"' in page and '<option value="Tesla V100 (PCIe)">' in page
+    assert '<option value="H200">' in page and '<option value="A10G">' in page
+
+
+def test_the_form_and_the_api_read_a_blank_context_alike(member):
+    # one question, one answer: a blank context is the prompt and the output (512 + 100) in both doors
+    body = {**V100_JSON, "users": 8}
+    del body["context_tokens"]
+    api_rec = api(member, body).json()["recommendation"]
+    page = member.get(reverse("decision-new")).content.decode()
+    assert 'name="context_tokens" value=' not in page.split('id="decision-form"')[1].split("</form>")[0]
+    posted = member.post(reverse("decision-new"), form(context_tokens=""), follow=True).content.decode()
+    q4 = next(c for c in api_rec["ranked"] if c["key"] == "llamacpp-q4_k_m")
+    assert "-c 4896 --parallel 8" in q4["launch"]["command"] and "-c 4896 --parallel 8" in posted
 
 
 def test_it_rejects_a_host_without_gpus_in_the_inventory():

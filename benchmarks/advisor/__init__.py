@@ -95,7 +95,8 @@ Pass evidence newest first: the first row per level wins.
 from .engine import (AdviceInputError, CandidateResult, Note, Recommendation, SuggestedRun, TargetCheck, advise,
                      check_targets, validate_inputs)
 from .facts import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, DEEPSEEK_R1_DISTILL_QWEN_14B,
-                    DEEPSEEK_R1_DISTILL_QWEN_32B, DEFAULT_CANDIDATES, FACTS, Candidate, Fact, fact,
+                    DEEPSEEK_R1_DISTILL_QWEN_32B, DEEPSEEK_R1_DISTILL_LLAMA_8B, DEEPSEEK_R1_DISTILL_LLAMA_70B,
+                    DEFAULT_CANDIDATES, FACTS, Candidate, Fact, fact,
                     ineligible_reasons, required_facts, requirements, start_check)
 from .memory import MemoryFit, kv_bytes_per_token, memory_fit, weight_bytes
 from .performance import EvidenceRef, Performance, Predicted, predict, read_at
@@ -113,6 +114,7 @@ __all__ = [
     "published_v100_evidence", "published_v100_quality", "QualityBasis", "QualityRead", "QualityEvidence",
     "read_quality", "PRIORITIES", "PRIORITY", "Priority", "EngineBuilds", "Evidence", "GpuSpec", "ModelSpec",
     "Workload", "DEEPSEEK_R1_DISTILL_QWEN_7B", "DEEPSEEK_R1_DISTILL_QWEN_14B", "DEEPSEEK_R1_DISTILL_QWEN_32B",
+    "DEEPSEEK_R1_DISTILL_LLAMA_8B", "DEEPSEEK_R1_DISTILL_LLAMA_70B",
     "BUILTIN_MODELS", "AdviceInputError", "start_check", "validate_inputs", "LaunchEvidence", "LaunchRead",
     "LaunchRef", "StartupRead", "read_launches",
 ]

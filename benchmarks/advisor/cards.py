@@ -157,7 +157,8 @@ def answer(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
                            "runs measured here (see each row)", note=summary)
     anecdote = fact("tp-over-pcie")
     linked = (gpu.topology or gpu.interconnect) == "nvlink"
-    split = [labels[k] for k in needs_two]
+    # The answer is about what is recommended (about every candidate only when nothing is).
+    split = [labels[k] for k in needs_two if recommended in (None, k)]
     if split:
         lead = "Layer split (llama.cpp --split-mode layer) crosses PCIe with activations only; "
         verdict = "two cards"

@@ -24,15 +24,18 @@ from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, Launc
 
 PRIORITY_PHRASES = {key: p.phrase for key, p in PRIORITY.items()}
 QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the speed evidence
-# Of Recommendation.to_dict(): 6 adds "one card or two?" (cards: measured runs on one GPU and
+# Of Recommendation.to_dict(): 7 adds each candidate's estimate_sources (the figures its physical
+# prior rests on), the fit's tensor_parallel_refused and the answer's capacity (what fits when
+# nothing does); 6 adds "one card or two?" (cards: measured runs on one GPU and
 # several, or the write-up's anecdote, labelled); 5 adds each candidate's measured start (did it
 # start on a GPU like this one, the launches it rests on, its start-up time and memory after load, a contradiction of the
 # facts table); 4 adds the verdict's reasons (why), each candidate's launch command,
 # estimate, releases and capacity, predicted bands; 3 adds each candidate's quality and the quality
 # basis; 2 names figures as the catalogue does; 1 (no "version") named them ttft_p50_ms-style.
 # Every addition is optional to the reader (presenter.result_from_stored).
-RESULT_VERSION = 6
-SHOWN_FAILURES = 3  # a candidate's launches that did not start, for their own reasons, named in its reasons
+RESULT_VERSION = 7
+SHOWN_FAILURES = 3
+MORE_CARDS = 8  # when nothing fits: up to this many times the host's GPUs are tried  # a candidate's launches that did not start, for their own reasons, named in its reasons
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class CandidateResult:
     rank: int = 0
     launch: Launch | None = None  # the command that starts it as sized (None: it cannot start or fit)
     estimate: str = ""  # how the physical prior was derived, when it stands in for evidence
+    estimate_sources: list[str] = field(default_factory=list)  # the figures its efficiencies rest on
     releases: str = ""  # which releases of its engine start it, when the version was not given
     started: str = "not measured"  # the lab's: "did not start" | "started" | "not measured" on a GPU like this
     launches: list[LaunchRef] = field(default_factory=list)  # the lab's launches read (deciding ones first)
@@ -118,6 +122,7 @@ class Recommendation:
     quality_basis: QualityBasis = field(default_factory=lambda: QualityBasis(None, ""))
     why: list[str] = field(default_factory=list)  # the verdict's reasons, three lines at most
     cards: CardsAnswer | None = None  # one card or two? None on a host of one GPU
+    capacity: list[str] = field(default_factory=list)  # when nothing fits: what would, and with how many cards
 
     def candidate(self, key: str) -> CandidateResult:
         return next(r for r in self.ranked if r.key == key)
@@ -305,7 +310,7 @@ def hardware_notes(gpu: GpuSpec, workload: Workload, results: list[CandidateResu
         add("vllm-fp8-native-cc")
     versioned = [r for r in results if r.eligible and r.releases]
     if versioned:
-        f = fact("vllm-min-cc-v0.21")
+        f = fact("vllm-min-cc-v0.20")
         said = "; ".join(f"{r.label} starts with releases {r.releases}" for r in versioned)
         notes.append(Note(f"This answer depends on the vLLM version, which was not given: {said}. "
                           f"Give the version (or register an endpoint, whose /version is read) to settle it.",
@@ -463,12 +468,12 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         modelled = fit
         fit = measured_fit(c, fit, lab.startup) or fit
         perf = predict(c, gpu, workload, evidence, builds, model=model, gpus_used=fit.gpus_used)
-        estimated = ""
+        estimated, estimate_sources = "", []
         if perf.basis is None and not refusals and fit.fits:  # nothing measured: the physical prior
             prior = estimate(c, model, gpu, workload, modelled.weights_gib * 1024**3, fit.gpus_used, fit.split,
                              evidence, by_key)
             perf.metrics.update({m: p for m, p in prior.metrics.items() if p.value is not None})
-            estimated = prior.sentence
+            estimated, estimate_sources = prior.sentence, prior.sources
         perfs[c.key] = perf
         checks = check_targets(workload, perf.metrics)
         if workload.priority == QUALITY:
@@ -492,6 +497,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             reasons.append(fit.default_context_note)
         if fit.fits and fit.gpus_used > 1:
             reasons.append(f"Needs {fit.gpus_used} GPUs ({fit.split}): one is not enough.")
+        reasons += fit.tensor_parallel_refused
         reasons.append(estimated or _perf_sentence(c, perf, workload, gpu))
         reasons += perf.notes
         for flag in sorted({f for ref in perf.evidence for f in ref.flags}):
@@ -516,6 +522,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             evidence=perf.evidence, evidence_notes=perf.notes, meets_targets=checks,
             meets_all=_meets_all(checks), priority_value=value, priority_how=value_how,
             priority_text=value_text, reasons=reasons, quality=quality_read.reads[c.key], estimate=estimated,
+            estimate_sources=estimate_sources,
             releases="" if refusals or contradiction else start.releases_text,
             started=lab.outcome, launches=lab.decided_by + lab.other_failures, startup=lab.startup,
             contradiction=contradiction, memory_measured=memory_measured,
@@ -529,12 +536,12 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
     top = runnable[0] if runnable else None
     # The top one, if the evidence backs it: known priority figure, or targets shown to be met,
     # or it is the only one that can start and fit (said so, with low confidence).
-    # An estimate never stands in for targets it cannot check.
-    # An estimate is only compared with measured figures or other estimates: one candidate's engine
-    # with nothing to fit its efficiency on leaves the comparison open (measure next).
+    # An estimate is only compared with measured figures or other estimates: a candidate with no
+    # figure at all (a GPU without a datasheet row) leaves the comparison open (measure next). An
+    # estimate never stands in for targets it cannot check.
     guessed = top is not None and top.priority_how == "estimated" and (
         bool(top.meets_targets) and top.meets_all is None
-        or any(r.priority_value is None for r in runnable))
+        or any(r.priority_value is None and by_key[r.key].estimable for r in runnable))
     rec = top if top and top.meets_all is not False and not guessed and (
         top.priority_value is not None or (top.meets_targets and top.meets_all)
         or len(runnable) == 1) else None
@@ -548,6 +555,8 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         for why, n in labs[c.key].ignored_why.items():
             caveats.append(f"{'1 launch' if n == 1 else f'{n} launches'} of {c.label} not used: {why}.")
     return Recommendation(
+        capacity=capacity_answer(gpu, model, workload, results, candidates, variant_bytes, gpu_memory_utilization)
+        if not runnable else [],
         gpu=gpu, model=model, workload=workload, builds=builds, ranked=results,
         recommended=rec.key if rec else None, summary=summary, caveats=caveats,
         confidence=confidence, confidence_why=confidence_why,
@@ -595,12 +604,66 @@ def _why(gpu: GpuSpec, workload: Workload, results: list[CandidateResult], rec: 
     refused = [r.label for r in results if not r.eligible]
     if others and others[0].priority_value is not None:
         third = f"Next: {others[0].label}, {others[0].priority_text}."
+        if _bands_overlap(workload, rec, others[0]):
+            third += " The two estimates overlap: measure both before choosing between them."
     elif refused:
         third = (f"{', '.join(refused)} cannot start on compute capability {cc_str(gpu.compute_capability)} "
                  f"(see each breakdown).")
     else:
         third = "No other candidate has figures at this load to compare with."
     return [first, second, third]
+
+
+def _band(workload: Workload, r: CandidateResult) -> tuple[float, float] | None:
+    """The estimate's band of the figure ranked on; None when it was not estimated."""
+    metric = "aggregate_tok_s" if workload.priority == "throughput" else "decode_tok_s_p50"
+    p = r.predicted.get(metric)
+    return p.band if p is not None and p.how == "estimated" else None
+
+
+def _bands_overlap(workload: Workload, a: CandidateResult, b: CandidateResult) -> bool:
+    """Two estimates whose bands overlap do not rank one above the other."""
+    x, y = _band(workload, a), _band(workload, b)
+    return x is not None and y is not None and x[0] <= y[1] and y[0] <= x[1]
+
+
+def capacity_answer(gpu: GpuSpec, model: ModelSpec, workload: Workload, results: list[CandidateResult],
+                    candidates: Sequence[Candidate], variant_bytes, gpu_memory_utilization) -> list[str]:
+    """When nothing fits: the most users that fit at the stated context, the longest context that
+    fits the stated users, and whether more cards of this GPU would do."""
+    by_key = {c.key: c for c in candidates}
+    startable = [r for r in results if r.eligible]
+    if not startable:
+        return []
+    options = [(cap, r) for r in startable for cap in r.fit.capacity]
+    out = []
+    if options:
+        cap, r = max(options, key=lambda o: (o[0].max_users, o[0].longest_context))
+        where = "one GPU" if cap.gpus == 1 else f"{cap.gpus} GPUs"
+        if cap.max_users:
+            out.append(f"At {workload.context} tokens each, at most {users_str(cap.max_users)} fit "
+                       f"({r.label}, {cap.kv_cache} KV cache, {where}).")
+            cap, r = max(options, key=lambda o: (o[0].longest_context, o[0].max_users))
+            out.append(f"At {users_str(workload.users)}, at most {cap.longest_context} tokens each fit "
+                       f"({r.label}, {cap.kv_cache} KV cache).")
+        else:
+            out.append(f"At {workload.context} tokens each, not one user fits on {where}: the weights and "
+                       f"runtime leave too little room.")
+    most = gpu.count * MORE_CARDS
+    for more in sorted({gpu.count + 1, gpu.count * 2, gpu.count * 4, most}):
+        bigger = dataclasses.replace(gpu, count=more)
+        fits = [(r, memory_fit(by_key[r.key], model, bigger, workload.users, workload.context, variant_bytes,
+                               gpu_memory_utilization)) for r in startable]
+        fits = [(r, f) for r, f in fits if f.fits]
+        if fits:
+            r, f = min(fits, key=lambda rf: (rf[1].gpus_used, -rf[1].headroom_gib))
+            out.append(f"{f.gpus_used} of these GPUs would fit it: {r.label} ({f.split}), "
+                       f"{fmt(f.required_gib)} of {fmt(f.usable_gib)} GiB usable.")
+            break
+    else:
+        out.append(f"Even {most} of these GPUs would not fit {users_str(workload.users)} x "
+                   f"{workload.context} tokens.")
+    return out
 
 
 def _summary(gpu, workload, results, runnable, rec, candidates) -> str:

@@ -14,8 +14,10 @@ from ..engine import backends
 from .specs import EngineBuilds, ModelSpec
 
 CHECKED = date(2026, 12, 1)  # each row re-read against its source on this date
-WRITEUP = "shared/reference/seed-v100-writeup.md (V100 write-up, published, not measured here)"
-MEASURED_HERE = "shared/reference/measured-here.md"
+WRITEUP = ("the V100 write-up (a blog post: vLLM FP8 against llama.cpp Q4_K_M on 2 x Tesla V100 PCIe 16 GB, "
+           "DeepSeek-R1-Distill-Qwen-7B; published, not measured here)")
+MEASURED_HERE = ("this project's own runs on an NVIDIA H200, 2026-12-02 (benchmarks/engine/results/"
+                 "gpu_lab_h200.json and gpu_check_h200.json in its repository)")
 VLLM, LLAMACPP = "vllm", "llamacpp"
 
 
@@ -36,20 +38,20 @@ class Fact:
     until: tuple[int, int] | None = None
 
 
-V0_13, V0_21 = (0, 13), (0, 21)
+V0_13, V0_20 = (0, 13), (0, 20)
 
 FACTS: tuple[Fact, ...] = (
     # --- vLLM: what starts where, by release ---
     Fact("vllm-min-cc",
-         "vLLM releases before v0.21 run on compute capability 7.0 and newer (Volta included)",
+         "vLLM releases before v0.20 run on compute capability 7.0 and newer (Volta included)",
          "vLLM installation docs, GPU requirements ('compute capability 7.0 or higher (e.g., V100, T4 ...)'), "
-         "v0.3.3 to v0.14.0", CHECKED, min_cc=(7, 0), engine=VLLM, until=V0_21),
-    Fact("vllm-min-cc-v0.21",
-         "vLLM v0.21 and later need compute capability 7.5: Volta was dropped (default wheels built "
-         "with CUDA 13.0 and PyTorch 2.11, neither of which targets sm_70)",
+         "v0.3.3 to v0.14.0", CHECKED, min_cc=(7, 0), engine=VLLM, until=V0_20),
+    Fact("vllm-min-cc-v0.20",
+         "vLLM v0.20 and later need compute capability 7.5: Volta was dropped (its default wheels and images "
+         "are built with PyTorch 2.11 for architectures from 7.5; CUDA 13 cannot target sm_70)",
          "vLLM installation docs gpu.cuda.inc.md ('compute capability 7.5 or higher (e.g., T4, RTX20xx, A100, "
-         "L4, H100, B200)'); vllm-project/vllm PR #39878 (CUDA 13.0 default, architecture lists from 7.5)",
-         CHECKED, min_cc=(7, 5), engine=VLLM, since=V0_21),
+         "L4, H100, B200)'); vllm-project/vllm PR #39878 (TORCH_CUDA_ARCH_LIST from 7.5, released in v0.20.0 "
+         "with PyTorch 2.11)", CHECKED, min_cc=(7, 5), engine=VLLM, since=V0_20),
     Fact("vllm-fp8-min-cc",
          "vLLM releases before v0.13 run --quantization fp8 from compute capability 8.0 (weight-only FP8 "
          "Marlin, PR #5975, June 2024) and refuse it below (\"Minimum capability: 80\")",
@@ -103,9 +105,29 @@ FACTS: tuple[Fact, ...] = (
          "vllm-project/vllm vllm/v1/core/kv_cache_utils.py (check_enough_kv_cache_memory); vLLM engine "
          "arguments (--max-model-len)", CHECKED),
     Fact("vllm-kv-fp8",
-         "--kv-cache-dtype fp8 stores vLLM's KV cache in FP8 (1 byte per value, half of FP16); offered here "
-         "only where FP8 is native (compute capability 8.9)",
-         "vLLM docs: Quantized KV Cache (--kv-cache-dtype fp8)", CHECKED, min_cc=(8, 9), engine=VLLM, value=1.0),
+         "--kv-cache-dtype fp8 stores vLLM's KV cache in FP8 (1 byte per value, half of FP16) on every GPU "
+         "vLLM runs on, not only where FP8 math is native: FlashInfer reads an FP8 cache on compute capability "
+         "7.x to 9.x and Triton attention on any",
+         "vllm-project/vllm docs/design/attention_backends.md (v0.32.0, the attention-backend table: KV cache "
+         "dtypes per backend and compute capability); vLLM docs: Quantized KV Cache", CHECKED, engine=VLLM,
+         value=1.0),
+    Fact("vllm-prequantized",
+         "vLLM reads a pre-quantized checkpoint's method from its config and picks its fastest kernel by itself "
+         "(AWQ-Marlin, GPTQ-Marlin, FP8 Marlin where the GPU allows): serve it without --quantization. An explicit "
+         "awq or gptq forces the slower non-Marlin kernel (vLLM logs \"forcing awq. Use quantization=awq_marlin\"), "
+         "and on a compressed-tensors checkpoint a method that differs makes vLLM refuse to start",
+         "vllm-project/vllm vllm/model_executor/layers/quantization/awq_marlin.py and gptq_marlin.py "
+         "(override_quantization_method); vllm/config (ModelConfig._verify_quantization)", CHECKED, engine=VLLM),
+    Fact("vllm-tp-heads",
+         "vLLM's tensor parallel splits attention heads evenly among the GPUs: the heads must divide by the "
+         "tensor-parallel size, and the KV heads too (or the size by them, when they are replicated); for AWQ "
+         "and GPTQ each GPU's share of the MLP's intermediate size must be a multiple of the group size (128), "
+         "or vLLM refuses to start",
+         "vllm-project/vllm vllm/config (ModelConfig.verify_with_parallel_config); vllm/model_executor/layers/"
+         "quantization/utils/marlin_utils.py (verify_marlin_supports_shape)", CHECKED, engine=VLLM, value=128),
+    Fact("bf16-size",
+         "a 16-bit checkpoint (BF16, served as FP16 below compute capability 8.0) stores two bytes per weight",
+         "vLLM engine arguments (--dtype)", CHECKED, value=16.0),
     # --- llama.cpp ---
     Fact("llamacpp-min-cc",
          "llama.cpp's CUDA backend has no dp4a floor: below compute capability 6.1 ggml_cuda_dp4a falls back "
@@ -170,7 +192,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("q4km-bpw",
          "Q4_K_M averages ~4.85-4.9 bits per weight (Q4_K, with Q6_K for attn_v, ffn_down on "
          "about half the layers and output.weight)",
-         "ggml-org/llama.cpp src/llama-quant.cpp; shared/reference/hardware-facts.md", CHECKED,
+         "ggml-org/llama.cpp src/llama-quant.cpp (llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q4_K_M)", CHECKED,
          value=4.9),
     Fact("q5km-bpw",
          "Q5_K_M averages ~5.7 bits per weight (Q5_K at 5.5, with Q6_K for some tensors)",
@@ -180,7 +202,7 @@ FACTS: tuple[Fact, ...] = (
          "ggml-org/llama.cpp ggml/src/ggml-common.h (block_q8_0)", CHECKED, value=8.5),
     Fact("q4km-size-r1-qwen7b",
          "DeepSeek-R1-Distill-Qwen-7B as GGUF Q4_K_M is 4.68 GB (4.36 GiB)",
-         "shared/reference/hardware-facts.md; " + MEASURED_HERE, CHECKED, value=4.68e9),
+         "the file's size as llama-quantize writes it; " + MEASURED_HERE, CHECKED, value=4.68e9),
     # --- the write-up's observations, used as advice ---
     Fact("tp-over-pcie",
          "tensor parallel all-reduces every layer's output across the cards: over PCIe without NVLink the "
@@ -200,22 +222,34 @@ def fact(fact_id: str) -> Fact:
 
 
 # Qwen2-7B architecture (config.json of deepseek-ai/DeepSeek-R1-Distill-Qwen-7B): 7.62B parameters,
-# 28 layers, 4 KV heads of 128, 131072 tokens; untied embedding and lm_head of 152064 x 3584 each.
+# 28 layers, 28 attention heads, 4 KV heads of 128, intermediate 18944, 131072 tokens; untied
+# embedding and lm_head of 152064 x 3584 each.
 DEEPSEEK_R1_DISTILL_QWEN_7B = ModelSpec(
     name="DeepSeek-R1-Distill-Qwen-7B", params_b=7.62, layers=28, kv_heads=4, head_dim=128,
     context_length=131072, embedding_params_b=1.09,
-    known_weight_bytes={"q4_k_m": fact("q4km-size-r1-qwen7b").value},
+    known_weight_bytes={"q4_k_m": fact("q4km-size-r1-qwen7b").value}, attention_heads=28, intermediate_size=18944,
 )
 # Qwen2.5-14B and -32B architectures (config.json of deepseek-ai/DeepSeek-R1-Distill-Qwen-14B / -32B):
-# hidden 5120, 8 KV heads of 128, 131072 tokens; untied embedding and lm_head of 152064 x 5120 each.
+# hidden 5120, 40 attention heads, 8 KV heads of 128, intermediate 13824 / 27648, 131072 tokens;
+# untied embedding and lm_head of 152064 x 5120 each.
 DEEPSEEK_R1_DISTILL_QWEN_14B = ModelSpec(
     name="DeepSeek-R1-Distill-Qwen-14B", params_b=14.77, layers=48, kv_heads=8, head_dim=128,
-    context_length=131072, embedding_params_b=1.557)
+    context_length=131072, embedding_params_b=1.557, attention_heads=40, intermediate_size=13824)
 DEEPSEEK_R1_DISTILL_QWEN_32B = ModelSpec(
     name="DeepSeek-R1-Distill-Qwen-32B", params_b=32.76, layers=64, kv_heads=8, head_dim=128,
-    context_length=131072, embedding_params_b=1.557)
-BUILTIN_MODELS = {m.name: m for m in (DEEPSEEK_R1_DISTILL_QWEN_7B, DEEPSEEK_R1_DISTILL_QWEN_14B,
-                                      DEEPSEEK_R1_DISTILL_QWEN_32B)}
+    context_length=131072, embedding_params_b=1.557, attention_heads=40, intermediate_size=27648)
+# Llama-3.1-8B and Llama-3.3-70B architectures (config.json of deepseek-ai/DeepSeek-R1-Distill-Llama-8B /
+# -70B): 32 / 80 layers, 32 / 64 attention heads, 8 KV heads of 128, intermediate 14336 / 28672,
+# 131072 tokens; untied embedding and lm_head of 128256 x 4096 / 8192 each.
+DEEPSEEK_R1_DISTILL_LLAMA_8B = ModelSpec(
+    name="DeepSeek-R1-Distill-Llama-8B", params_b=8.03, layers=32, kv_heads=8, head_dim=128,
+    context_length=131072, embedding_params_b=1.051, attention_heads=32, intermediate_size=14336)
+DEEPSEEK_R1_DISTILL_LLAMA_70B = ModelSpec(
+    name="DeepSeek-R1-Distill-Llama-70B", params_b=70.55, layers=80, kv_heads=8, head_dim=128,
+    context_length=131072, embedding_params_b=2.101, attention_heads=64, intermediate_size=28672)
+BUILTIN_MODELS = {m.name: m for m in (DEEPSEEK_R1_DISTILL_QWEN_7B, DEEPSEEK_R1_DISTILL_LLAMA_8B,
+                                      DEEPSEEK_R1_DISTILL_QWEN_14B, DEEPSEEK_R1_DISTILL_QWEN_32B,
+                                      DEEPSEEK_R1_DISTILL_LLAMA_70B)}
 
 
 @dataclass(frozen=True)
@@ -230,12 +264,18 @@ class Candidate:
     size_fact: str  # fact id whose value is the bits per layer weight
     embedding_bits: float  # bits per embedding/lm_head weight
     kv_cache_bytes: float = 2.0  # fp16 KV cache ("auto" on an fp16 model)
-    vllm_quantization: str = ""  # what `vllm serve --quantization` takes ("" = read from the checkpoint)
+    # What `vllm serve --quantization` would name ("" = none: a 16-bit checkpoint). Only GGUF is passed
+    # on the command line; a pre-quantized checkpoint's method is read from its config (fact
+    # "vllm-prequantized").
+    vllm_quantization: str = ""
+    # False: no published or measured figure of its kernels to fit a prior on (it is not estimated,
+    # and its missing figure does not hold the others' comparison open).
+    estimable: bool = True
 
 
 # A requirement: the facts that state it, one per range of releases of its engine.
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm-min-cc", "vllm-min-cc-v0.21"),
+    "vllm": ("vllm-min-cc", "vllm-min-cc-v0.20"),
     "vllm-fp8": ("vllm-fp8-min-cc", "vllm-fp8-min-cc-pr29901"),
     "vllm-awq": ("vllm-awq-min-cc",),
     "vllm-gptq": ("vllm-gptq-min-cc",),
@@ -258,7 +298,8 @@ DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("vllm-gptq", "vLLM GPTQ 4-bit", "vllm", "gptq", ("vllm", "vllm-gptq"), "gptq-size",
               embedding_bits=16, vllm_quantization="gptq"),
     Candidate("vllm-gguf-q4_k_m", "vLLM GGUF Q4_K_M", "vllm", "q4_k_m", ("vllm", "vllm-gguf"), "q4km-bpw",
-              embedding_bits=4.9, vllm_quantization="gguf"),
+              embedding_bits=4.9, vllm_quantization="gguf", estimable=False),
+    Candidate("vllm-bf16", "vLLM BF16", "vllm", "bf16", ("vllm",), "bf16-size", embedding_bits=16),
 )
 
 
@@ -354,11 +395,16 @@ def ineligible_reasons(candidate: Candidate, cc: tuple[int, int],
     check = start_check(candidate, cc, builds)
     version = engine_version(candidate.backend, builds)
     with_version = f" with {backends.label(candidate.backend)} {version_str(version)}" if version else ""
-    return [
+    reasons = [
         f"Cannot start on compute capability {cc_str(cc)}{with_version}: {f.statement} "
         f"(source: {f.source}, as of {f.as_of.isoformat()})."
         for f in check.unmet
     ]
+    other = start_check(candidate, cc) if version and reasons else None
+    if other is not None and other.eligible:  # refused by this release only: say which still start it
+        reasons.append(f"{backends.label(candidate.backend)} releases {other.releases_text} still start it on "
+                       f"this GPU; other engines (llama.cpp) run here too.")
+    return reasons
 
 
 def min_compute_capability(candidate: Candidate, builds: EngineBuilds = EngineBuilds()) -> tuple[int, int]:

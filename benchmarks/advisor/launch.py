@@ -18,6 +18,8 @@ class Launch:
 
 
 def _weights_path(candidate: Candidate, model: ModelSpec) -> str:
+    if candidate.quantization == "bf16":
+        return f"/models/{model.name}"  # the checkpoint as published
     suffix = {"fp8": "FP8", "awq": "AWQ", "gptq": "GPTQ-Int4"}.get(candidate.quantization,
                                                                   candidate.quantization.upper())
     if candidate.backend == "llamacpp" or candidate.vllm_quantization == "gguf":
@@ -35,7 +37,7 @@ def launch(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workl
             parts.append(f"--tokenizer deepseek-ai/{model.name}")
             why.append("--tokenizer: a GGUF file is served with its base model's tokenizer.")
         elif candidate.vllm_quantization:
-            parts.append(f"--quantization {candidate.vllm_quantization}")
+            why.append("No --quantization: " + fact("vllm-prequantized").statement + ".")
         if cc < fact("bf16-min-cc").min_cc:
             parts.append("--dtype half")
             why.append("--dtype half: " + fact("bf16-min-cc").statement + ".")

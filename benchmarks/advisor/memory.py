@@ -9,12 +9,14 @@
   it among its slots; it fits when weights + that cache + its buffers fit.
 Several GPUs: vLLM tensor parallel over 1, 2, 4 or 8 cards, llama.cpp's layer split over any count;
 the weights and KV cache are shared out, every card pays its own runtime overhead. When the 16-bit
-KV cache does not fit, a quantized one (llama.cpp -ctk/-ctv q8_0; vLLM --kv-cache-dtype fp8 where
-FP8 is native) is tried, and said.
+KV cache does not fit, a quantized one (llama.cpp -ctk/-ctv q8_0; vLLM --kv-cache-dtype fp8 on any GPU
+it runs on) is tried, and said. vLLM's tensor parallel is offered only where the model's heads and
+(for AWQ/GPTQ) its MLP divide among the cards as vLLM requires. A fit must leave FIT_MARGIN_GIB a GPU.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -44,6 +46,9 @@ OVERHEAD_WHY = {
     "llamacpp": "CUDA context plus llama.cpp compute buffers (checked against " + MEASURED_HERE + ")",
 }
 TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
+# The runtime overheads above are estimates (calibrated on a 7B; a 70B's activation peak is larger):
+# a fit that leaves less than this a GPU is not called one.
+FIT_MARGIN_GIB = 0.5
 
 
 def kv_bytes_per_token(model: ModelSpec, cache_bytes: float = 2.0) -> float:
@@ -86,8 +91,7 @@ def kv_options(candidate: Candidate, cc: tuple[int, int]) -> list[KvCache]:
         options.append(KvCache("q8_0", f.value, "-ctk q8_0 -ctv q8_0", f.id))
     elif candidate.backend == "vllm":
         f = fact("vllm-kv-fp8")
-        if tuple(cc) >= f.min_cc:
-            options.append(KvCache("FP8", f.value, "--kv-cache-dtype fp8", f.id))
+        options.append(KvCache("FP8", f.value, "--kv-cache-dtype fp8", f.id))
     return options
 
 
@@ -139,12 +143,41 @@ class MemoryFit:
     capacity: list[Capacity] = field(default_factory=list)  # one per KV-cache choice
     default_context_note: str = ""  # vLLM without --max-model-len, when that would not start
     basis: str = "modelled"  # "measured": weights and runtime from a launch's memory after load (launches.py)
+    tensor_parallel_refused: list[str] = field(default_factory=list)  # GPU counts vLLM would not start on
 
 
-def _counts(candidate: Candidate, gpu: GpuSpec) -> list[int]:
-    if candidate.backend == "vllm":
-        return [n for n in TENSOR_PARALLEL_SIZES if n <= gpu.count]
-    return list(range(1, gpu.count + 1))
+def tensor_parallel_refusal(candidate: Candidate, model: ModelSpec, n: int) -> str:
+    """Why vLLM refuses to start this model with --tensor-parallel-size n ("" = it starts, or the
+    model's shape is not known well enough to tell)."""
+    if candidate.backend != "vllm" or n == 1:
+        return ""
+    f = fact("vllm-tp-heads")
+    heads, kv = model.attention_heads, model.kv_heads
+    if heads and heads % n:
+        return f"{model.name}'s {heads} attention heads do not divide among {n} GPUs"
+    if kv and kv % n and n % kv:
+        return f"{model.name}'s {kv} KV heads neither divide among {n} GPUs nor {n} by them"
+    group = int(f.value)
+    if candidate.quantization in ("awq", "gptq") and model.intermediate_size:
+        share = model.intermediate_size / n
+        if share != int(share) or int(share) % group:
+            return (f"each of {n} GPUs would hold {fmt(share)} of {model.name}'s {model.intermediate_size}-wide MLP, "
+                    f"not a multiple of the {candidate.quantization.upper()} group size {group}")
+    return ""
+
+
+def _counts(candidate: Candidate, gpu: GpuSpec, model: ModelSpec) -> tuple[list[int], list[str]]:
+    """The GPU counts the engine can start the model on, and why the others are refused."""
+    if candidate.backend != "vllm":
+        return list(range(1, gpu.count + 1)), []
+    counts, refused = [], []
+    for n in (n for n in TENSOR_PARALLEL_SIZES if n <= gpu.count):
+        why = tensor_parallel_refusal(candidate, model, n)
+        if why:
+            refused.append(f"--tensor-parallel-size {n} would not start: {why} ({fact('vllm-tp-heads').source}).")
+        else:
+            counts.append(n)
+    return counts, refused
 
 
 def memory_fit(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, users: int, context_tokens: int,
@@ -177,7 +210,7 @@ def memory_fit(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, users: int,
         kv_gib = per_token * kv_tokens / GIB
         required = weights / GIB + kv_gib + overhead
         usable = gpu.vram_gib * (util if util is not None else 1.0) * n
-        fits = required <= usable
+        fits = required + FIT_MARGIN_GIB * n <= usable
         split = "one GPU" if n == 1 else "tensor parallel" if candidate.backend == "vllm" else "layer split"
         where = "one GPU" if n == 1 else f"{n} GPUs ({split})"
         usable_how = f"{fmt(util)} x {fmt(gpu.vram_gib)} GiB" if util is not None else f"{fmt(gpu.vram_gib)} GiB"
@@ -189,6 +222,9 @@ def memory_fit(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, users: int,
             f"tokens x {fmt(per_token)} bytes) + {fmt(overhead)} GiB runtime = {fmt(required)} GiB, "
             f"against {fmt(usable)} GiB usable{usable_how}."
         )
+        if not fits and required <= usable:
+            explanation += (f" {fmt(usable - required)} GiB to spare is within the runtime estimates' "
+                            f"{fmt(FIT_MARGIN_GIB)} GiB a GPU: too close to call a fit.")
         allocated = usable if util is not None else required
         default_note = ""
         if candidate.backend == "vllm" and model.context_length > context_tokens:
@@ -206,10 +242,10 @@ def memory_fit(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, users: int,
 
     # The fewest GPUs (a card less beats any split), the 16-bit cache before a quantized one; else
     # the 16-bit cache on all of them, said not to fit.
-    counts = _counts(candidate, gpu)
+    counts, refused = _counts(candidate, gpu, model)
     for n in counts:
         for kv in options:
             fit = at(n, kv)
             if fit.fits:
-                return fit
-    return at(counts[-1], options[0])
+                return dataclasses.replace(fit, tensor_parallel_refused=refused)
+    return dataclasses.replace(at(counts[-1], options[0]), tensor_parallel_refused=refused)

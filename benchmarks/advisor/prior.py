@@ -1,26 +1,27 @@
-"""A physical prior for what nothing measured: decode is bound by memory bandwidth.
+"""A physical prior for what nothing measured: a decode step's reads and matrix work against the
+GPU's datasheet bandwidth and tensor peak, at the efficiencies the engine reaches (efficiency.py).
 
-Every decode step reads the weights once (shared by the batch) and each sequence's KV cache, so one
-step takes at least (weight bytes + users x context x KV bytes per token) / bandwidth, and a
-stream decodes at most 1 / that. Tensor parallel shares those reads among the cards (ideally:
-the all-reduce is not counted); a layer split reads them one card after another, no faster than
-one card. Prefill is bound by compute: 2 x parameters x prompt tokens / peak FP16 tensor FLOPS.
+Every decode step reads the weights once (shared by the batch) and each sequence's KV cache, and
+does 2 x parameters FLOP per sequence; so a stream's speed falls as users grow, first slowly (the
+KV reads), then as the matrix work binds. Tensor parallel shares the reads and the work among the
+cards (ideally: the all-reduce is not counted); a layer split reads them one card after another, no
+faster than one card.
 
-An engine reaches only part of that ceiling. Its efficiency is fitted from the runs that were
-measured (or published, when upstream could reproduce them): each row's per-stream decode over
-its own ceiling (its GPU, its weights, its load), at the concurrency level nearest to the
-workload's. The estimate is the ceiling times that range: labelled "estimated, not measured",
-never used to pass a target.
+The efficiencies are fitted to published figures (the engines' maintainers' PRs and benchmarks,
+this project's own runs) and to the runs measured here on other GPUs; the estimate's band is their
+spread. It is labelled "estimated, not measured", names the figures it rests on, and never passes
+a target.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from .facts import BUILTIN_MODELS, Candidate, fmt, start_check, users_str
-from .gpus import GpuPeak, peak_of
+from .efficiency import DecodeFigures, Efficiency, compute_s, efficiency, memory_s
+from .facts import BUILTIN_MODELS, Candidate, fact, fmt, start_check, users_str
+from .gpus import peak_of
 from .memory import kv_bytes_per_token, weight_bytes
 from .performance import Predicted, model_key
 from .specs import Evidence, GpuSpec, ModelSpec, Workload
@@ -28,110 +29,122 @@ from .specs import Evidence, GpuSpec, ModelSpec, Workload
 ESTIMATED = "estimated, not measured"
 
 
-def step_bytes(weights: float, kv_per_token: float, users: int, workload_context: float) -> float:
-    return weights + users * workload_context * kv_per_token
-
-
-def decode_ceiling(peak: GpuPeak, weights: float, kv_per_token: float, users: int, context: float,
-                   params_b: float, gpus: int = 1, split: str = "one GPU") -> float:
-    """Tokens per second one stream can at most decode at this load."""
-    read = step_bytes(weights, kv_per_token, users, context)
-    cards = gpus if split == "tensor parallel" else 1
-    memory_s = read / (peak.bandwidth_gbs * 1e9 * cards)
-    compute_s = 2 * params_b * 1e9 * users / (peak.fp16_tflops * 1e12 * cards)
-    return 1 / max(memory_s, compute_s)
-
-
 def decode_context(workload_or_ev) -> float:
     """The mean context a sequence holds while it decodes: its prompt and half its output."""
     return workload_or_ev.prompt_tokens + workload_or_ev.output_tokens / 2
 
 
-@dataclass(frozen=True)
-class Efficiency:
-    evidence_id: str
-    label: str
-    gpu_name: str
-    concurrency: int
-    measured: float  # tok/s per stream
-    ceiling: float
-    value: float  # measured / ceiling
+def precision(candidate: Candidate, cc: tuple[int, int]) -> str:
+    """Which tensor peak bounds the candidate's matrix work: FP8 only where vLLM runs FP8 natively."""
+    native = fact("vllm-fp8-native-cc").min_cc
+    return "fp8" if candidate.backend == "vllm" and candidate.quantization == "fp8" and tuple(cc) >= native \
+        else "fp16"
 
 
-def efficiencies(backend: str, evidence: Sequence[Evidence], candidates: Mapping[str, Candidate]) -> list[Efficiency]:
-    """One per usable row of this engine: one GPU, a datasheet peak, the weights' size known (or
-    estimated, for a built-in model),
-    a per-stream decode figure, and a setup upstream can start (a figure upstream refuses to
-    reproduce says nothing about the engine)."""
-    out = []
+def measured_figures(backend: str, evidence: Sequence[Evidence],
+                     candidates: Mapping[str, Candidate]) -> tuple[DecodeFigures, ...]:
+    """The runs of this engine measured here (or published and upstream-reproducible) as figures
+    to fit on: one per setup (GPU, model, weights, shape, version, flags), its levels its points.
+    Only rows on one GPU with a datasheet row, their weights' size known (or estimated, for a
+    built-in model) and a per-stream decode figure; a setup upstream refuses to start says nothing
+    about the engine."""
+    series: dict[tuple, list[Evidence]] = {}
     for ev in evidence:
         c = candidates.get(ev.candidate)
         if c is None or c.backend != backend or ev.decode_tok_s_p50 is None or ev.gpu_count != 1:
             continue
-        peak = peak_of(ev.gpu_name)
-        if peak is None or not start_check(c, ev.compute_capability).eligible:
+        if peak_of(ev.gpu_name) is None or not start_check(c, ev.compute_capability).eligible:
             continue
-        spec = BUILTIN_MODELS.get(next((n for n in BUILTIN_MODELS if model_key(n) == model_key(ev.model)), ""))
-        weights = ev.weight_bytes or (weight_bytes(c, spec)[0] if spec else None)  # the size, else the estimate
+        key = (ev.gpu_name, ev.host_id, model_key(ev.model), ev.candidate, ev.weight_bytes, ev.prompt_tokens,
+               ev.output_tokens, ev.engine_version, ev.build_flags)
+        series.setdefault(key, []).append(ev)
+    out = []
+    for rows in series.values():
+        ev, c = rows[0], candidates[rows[0].candidate]
+        spec = next((m for m in BUILTIN_MODELS.values() if model_key(m.name) == model_key(ev.model)), None)
+        weights = ev.weight_bytes or (weight_bytes(c, spec)[0] if spec else None)
         if not weights:
             continue
-        kv = kv_bytes_per_token(spec) if spec else 0.0
-        params = spec.params_b if spec else weights / 1e9  # the compute bound is far at these loads
-        ceiling = decode_ceiling(peak, weights, kv, ev.concurrency, decode_context(ev), params)
-        out.append(Efficiency(ev.id, ev.label, ev.gpu_name, ev.concurrency, ev.decode_tok_s_p50, ceiling,
-                              ev.decode_tok_s_p50 / ceiling))
-    return out
+        points = {}
+        for r in rows:  # newest first: the first row per level wins
+            points.setdefault(r.concurrency, r.decode_tok_s_p50)
+        out.append(DecodeFigures(
+            ev.id, backend, ev.gpu_name, f"{ev.model or 'a model'} ({ev.label})", spec.params_b if spec else weights / 1e9,
+            weights, kv_bytes_per_token(spec) if spec else 0.0, decode_context(ev), tuple(sorted(points.items())),
+            ev.label + (f" ({ev.url})" if ev.url else ""), compute=precision(c, ev.compute_capability)))
+    return tuple(out)
 
 
 @dataclass
 class Prior:
     metrics: dict[str, Predicted]  # decode, aggregate, TPOT: "estimated" with a band, or none
-    ceiling: float | None  # tok/s per stream
+    ceiling: float | None  # tok/s per stream at the full bandwidth and tensor peak
     sentence: str  # how it was derived, in words
     prefill_floor_ms: float | None
+    sources: list[str] = field(default_factory=list)  # the figures the efficiencies rest on, one line each
+
+
+def _none(why: str) -> dict[str, Predicted]:
+    return {m: Predicted(m, None, "none", (), (), why) for m in ("decode_tok_s_p50", "aggregate_tok_s", "tpot_ms_p50")}
+
+
+def _share(lo: float, hi: float, digits: int = 0) -> str:
+    a, b = f"{lo * 100:.{digits}f}", f"{hi * 100:.{digits}f}"
+    return f"{a} %" if a == b else f"{a}-{b} %"
 
 
 def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workload, weights: float,
              gpus: int, split: str, evidence: Sequence[Evidence], candidates: Mapping[str, Candidate]) -> Prior:
-    none = {m: Predicted(m, None, "none", (), (), "no figure in the evidence")
-            for m in ("decode_tok_s_p50", "aggregate_tok_s", "tpot_ms_p50")}
+    if not candidate.estimable:
+        f = fact("vllm-gguf-min-cc")
+        return Prior(_none("no figure in the evidence"), None,
+                     f"No published or measured figure of {candidate.label}'s kernels to fit an estimate on "
+                     f"({f.statement}; {f.source}): not estimated, measure it.", None)
     peak = peak_of(gpu.name)
     if peak is None:
-        return Prior(none, None, f"No datasheet bandwidth for {gpu.name}: no physical estimate.", None)
+        why = f"No datasheet row for {gpu.name}: no physical estimate."
+        return Prior(_none("no figure in the evidence"), None, why, None)
     kv = kv_bytes_per_token(model, candidate.kv_cache_bytes)
     users, context = workload.users, decode_context(workload)
-    ceiling = decode_ceiling(peak, weights, kv, users, context, model.params_b, gpus, split)
-    read_gb = step_bytes(weights, kv, users, context) / 1e9
-    cards = f" x {gpus} cards (tensor parallel, ideal: the all-reduce is not counted)" \
-        if split == "tensor parallel" else ""
-    prefill = 2 * model.params_b * 1e9 * workload.prompt_tokens / (peak.fp16_tflops * 1e12 * gpus) * 1000
-    how = (f"bandwidth ceiling {fmt(ceiling)} tok/s per stream at {users_str(users)}: {fmt(peak.bandwidth_gbs)} GB/s"
-           f"{cards} / {fmt(read_gb)} GB read per step (weights + {users_str(users)} x {fmt(context)} tokens "
-           f"of KV cache) ({peak.name}, {peak.source})")
-    fitted = efficiencies(candidate.backend, evidence, candidates)
-    if not fitted:
-        return Prior(none, ceiling, f"{how[0].upper() + how[1:]}; no run of this engine to fit its efficiency "
-                                    f"on, so no estimate.", prefill)
-    nearest = min(abs(math.log(e.concurrency / users)) for e in fitted)
-    used = [e for e in fitted if abs(math.log(e.concurrency / users)) == nearest]
-    lo, hi = min(e.value for e in used), max(e.value for e in used)
-    level = used[0].concurrency
-    runs = "; ".join(sorted({f"{e.label} on {e.gpu_name}, {fmt(e.measured)} tok/s of {fmt(e.ceiling)}"
-                             for e in used}))
-    share = f"{fmt(lo * 100)} %" if lo == hi else f"{fmt(lo * 100)}-{fmt(hi * 100)} %"
-    sentence = (f"{ESTIMATED}: {how}, times the {share} of its ceiling this engine reached at "
-                f"{users_str(level)} in {len(used)} run{'s' if len(used) != 1 else ''} ({runs})")
-    decode = (ceiling * lo, ceiling * hi)
-    mid = (decode[0] + decode[1]) / 2
-    ids = tuple(e.evidence_id for e in used)
-    short = f"{ESTIMATED}, from the memory-bandwidth ceiling"
+    cards = gpus if split == "tensor parallel" else 1
+    kind = precision(candidate, gpu.compute_capability)
+    mem = memory_s(peak, weights, kv, users, context) / cards
+    work = compute_s(peak, model.params_b, users, kind) / cards
+    ceiling = 1 / (mem + work)
+    prefill = compute_s(peak, model.params_b, workload.prompt_tokens, kind) / gpus * 1000
+    read_gb = (weights + users * context * kv) / 1e9
+    tflop = 2 * model.params_b * 1e9 * users / 1e12
+    tensor = (peak.fp8_tflops if kind == "fp8" else peak.fp16_tflops)
+    on = f" on each of {gpus} cards (tensor parallel, ideal: the all-reduce is not counted)" if cards > 1 else ""
+    how = (f"at {users_str(users)} a decode step reads {fmt(read_gb)} GB (weights + {users_str(users)} x "
+           f"{fmt(context)} tokens of KV cache) at {fmt(peak.bandwidth_gbs)} GB/s and does {fmt(tflop)} TFLOP at "
+           f"{fmt(tensor)} {kind.upper()} TFLOPS{on} ({peak.name}, {peak.source})")
+    eff = efficiency(candidate.backend, gpu.compute_capability,
+                     measured_figures(candidate.backend, evidence, candidates))
+    if eff is None:
+        return Prior(_none("no figure in the evidence"), ceiling,
+                     f"{how[0].upper() + how[1:]}; no published or measured figure of this engine to fit its "
+                     f"efficiency on, so no estimate.", prefill)
+    slow = 1 / (mem / eff.e_mem[0] + work / eff.e_compute[0])
+    fast = 1 / (mem / eff.e_mem[1] + work / eff.e_compute[1])
+    mid = math.sqrt(slow * fast)  # the band's geometric middle: its ends are ratios of one ceiling
+    where = (f"on {eff.architecture} GPUs" if eff.same_architecture else
+             f"on the GPUs it has figures for (fewer than two on {eff.architecture})")
+    figures = len({f.figures.id for f in eff.memory_figures + eff.batch_figures})
+    sentence = (f"{ESTIMATED}: {how}. The engine reaches {_share(*eff.e_mem)} of the bandwidth ceiling {where} and "
+                f"{_share(*eff.e_compute, 1)} of the tensor peak in batches ({figures} published or measured "
+                f"figures, listed with the estimate): {fmt(slow)} to {fmt(fast)} tok/s per stream.")
+    ids = tuple(dict.fromkeys(f.figures.id for f in eff.memory_figures + eff.batch_figures))
+    short = f"{ESTIMATED}, from the GPU's bandwidth and tensor peak"
     metrics = {
-        "decode_tok_s_p50": Predicted("decode_tok_s_p50", mid, "estimated", (level,), ids,
-                                      f"{short}: {fmt(decode[0])} to {fmt(decode[1])} tok/s", decode),
-        "aggregate_tok_s": Predicted("aggregate_tok_s", mid * users, "estimated", (level,), ids,
+        "decode_tok_s_p50": Predicted("decode_tok_s_p50", mid, "estimated", (users,), ids,
+                                      f"{short}: {fmt(slow)} to {fmt(fast)} tok/s", (slow, fast)),
+        "aggregate_tok_s": Predicted("aggregate_tok_s", mid * users, "estimated", (users,), ids,
                                      f"{short}: {users_str(users)} x the per-stream estimate, an upper bound",
-                                     (decode[0] * users, decode[1] * users)),
-        "tpot_ms_p50": Predicted("tpot_ms_p50", 1000 / mid, "estimated", (level,), ids,
-                                 f"{short}: the inverse of the per-stream estimate", (1000 / decode[1], 1000 / decode[0])),
+                                     (slow * users, fast * users)),
+        "tpot_ms_p50": Predicted("tpot_ms_p50", 1000 / mid, "estimated", (users,), ids,
+                                 f"{short}: the inverse of the per-stream estimate", (1000 / fast, 1000 / slow)),
     }
-    return Prior(metrics, ceiling, sentence[0].upper() + sentence[1:] + ".", prefill)
+    sources = [f.words for f in dict.fromkeys(eff.memory_figures + eff.batch_figures)]
+    sources += [f"Not used: {f.words}: {f.left_out}." for f in eff.left_out]
+    return Prior(metrics, ceiling, sentence[0].upper() + sentence[1:], prefill, sources)

@@ -1,4 +1,4 @@
-"""The V100 write-up's figures as published (shared/reference/seed-v100-writeup.md): a labelled
+"""The V100 write-up's figures as published (a blog post comparing vLLM FP8 with llama.cpp Q4_K_M on V100s): a labelled
 reference, never a measurement. 512 prompt / 100 output tokens, temperature 0.7."""
 
 from __future__ import annotations

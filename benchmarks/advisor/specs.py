@@ -54,6 +54,9 @@ class ModelSpec:
     embedding_params_b: float = 0.0
     # Known file sizes of quantized variants, bytes, keyed by Candidate.quantization.
     known_weight_bytes: Mapping[str, float] = field(default_factory=dict)
+    # What tensor parallel must divide (config.json or the GGUF header); 0 = not known, not checked.
+    attention_heads: int = 0
+    intermediate_size: int = 0
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from django.core.validators import MaxValueValidator
 
 from benchmarks.advisor import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, PRIORITIES, PRIORITY, AdviceInputError,
                                 EngineBuilds, GpuSpec, ModelSpec, Workload, validate_inputs)
+from benchmarks.advisor.gpus import PEAKS, peak_of
 from benchmarks.decisions.selectors import (CC_RANGE, InputError, engine_builds_for, gpu_spec_from_host,
                                             model_spec_from_model, parse_cc, parse_version)
 from benchmarks.forms import TextField
@@ -58,10 +59,14 @@ class DecisionForm(forms.Form):
                          help_text="Its GPU model, compute capability, VRAM, count and interconnect come from "
                                    "the inventory; the fields below are then ignored.")
     gpu_name = TextField(max_length=100, required=False, label="GPU model",
-                         help_text="As nvidia-smi names it, e.g. Tesla V100-PCIE-16GB or NVIDIA H200.")
+                         widget=forms.TextInput(attrs={"list": "gpu-models", "autocomplete": "off"}),
+                         help_text="Pick one from the list (its compute capability and memory are then filled in "
+                                   "from its datasheet when left blank), or type the name nvidia-smi gives.")
     compute_capability = TextField(max_length=10, required=False,
-                                   help_text="e.g. 7.0 (V100), 8.0 (A100), 8.9 (L4), 9.0 (H100/H200).")
-    vram_gib = forms.FloatField(required=False, min_value=1, max_value=1024, label="VRAM per GPU (GiB)")
+                                   help_text="e.g. 7.0 (V100), 8.0 (A100), 8.9 (L4), 9.0 (H100/H200). Blank: the "
+                                             "listed GPU's.")
+    vram_gib = forms.FloatField(required=False, min_value=1, max_value=1024, label="VRAM per GPU (GiB)",
+                                help_text="Blank: the listed GPU's nominal memory.")
     gpu_count = forms.IntegerField(required=False, min_value=1, max_value=64, initial=1, label="GPUs")
     interconnect = forms.ChoiceField(choices=list(INTERCONNECTS.items()), required=False,
                                      initial="pcie", help_text="How the GPUs of the machine talk to each other.")
@@ -75,7 +80,8 @@ class DecisionForm(forms.Form):
                                help_text="Requests in flight at once.")
     prompt_tokens = forms.IntegerField(min_value=1, initial=512)
     output_tokens = forms.IntegerField(min_value=1, initial=100)
-    context_tokens = forms.IntegerField(required=False, min_value=1, max_value=10_000_000, initial=8192,
+    # No initial value: blank means prompt + output here and in the API alike (one question, one answer).
+    context_tokens = forms.IntegerField(required=False, min_value=1, max_value=10_000_000,
                                         label="Context length needed (tokens per user)",
                                         help_text="Blank = prompt + output.")
     ttft_p90_ms = forms.FloatField(required=False, max_value=1e7, validators=[_positive],
@@ -112,6 +118,8 @@ class DecisionForm(forms.Form):
         for name in ("prompt_tokens", "output_tokens"):
             self.fields[name].max_value = settings.MAX_TOKENS
             self.fields[name].validators.append(MaxValueValidator(settings.MAX_TOKENS))
+
+    GPU_MODELS = tuple(p.name for p in PEAKS)  # the datalist the GPU model field offers
 
     def fieldsets(self):
         return [(key, legend, [self[name] for name in names]) for key, legend, names in self.FIELDSETS]
@@ -157,6 +165,12 @@ class DecisionForm(forms.Form):
         if host is not None:
             gpu = gpu_spec_from_host(host)
         else:
+            listed = peak_of(d.get("gpu_name") or "")
+            if listed is not None:  # a GPU of the table: what is left blank comes from its datasheet
+                d.setdefault("compute_capability", "")
+                d["compute_capability"] = d["compute_capability"] or f"{listed.compute_capability[0]}." \
+                                                                     f"{listed.compute_capability[1]}"
+                d["vram_gib"] = d.get("vram_gib") or float(listed.memory_gib)
             for field, what in self.STATED_GPU:
                 if d.get(field) in (None, ""):
                     raise InputError(field, f"Pick a registered host, or state {what}.")

@@ -56,7 +56,12 @@ def result_from_stored(result: dict) -> dict:
                                         "memory_measured": "", **c} for c in result["ranked"]]}
     if version < 6:  # decided before "one card or two?": its note is among the hardware notes
         result = {**result, "cards": None}
-    return {**result, "version": 6}
+    if version < 7:  # decided before the priors named their figures and the capacity answer
+        result = {**result, "capacity": result.get("capacity") or [],
+                  "ranked": [{"estimate_sources": [], **c,
+                              "fit": {"tensor_parallel_refused": [], **(c.get("fit") or {})}}
+                             for c in result["ranked"]]}
+    return {**result, "version": 7}
 
 
 def _quality(q: dict | None) -> dict | None:

@@ -12,11 +12,11 @@ from django.http import Http404
 
 from django.utils.text import slugify
 
-from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, EngineBuilds, Evidence, GpuSpec,
-                                LaunchEvidence, ModelSpec, QualityEvidence, published_v100_evidence,
+from benchmarks.advisor import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, EngineBuilds,
+                                Evidence, GpuSpec, LaunchEvidence, ModelSpec, QualityEvidence, published_v100_evidence,
                                 published_v100_quality)
 from benchmarks.advisor.launches import parse_version
-from benchmarks.advisor.performance import gpu_key
+from benchmarks.advisor.performance import gpu_key, model_key
 from benchmarks.engine import multi_gpu
 from benchmarks.engine.catalogue import ADVISOR_FIGURES
 from benchmarks.engine.points import QualityPoint
@@ -27,7 +27,7 @@ from benchmarks.selectors import address_hider, decision_by_public_id, endpoint_
 # Candidate.quantization -> Variant.quantization: how a registered endpoint maps to a candidate.
 # A candidate whose quantization the inventory cannot name (Q5_K_M) has no measured evidence.
 VARIANT_QUANTIZATION = {"fp8": "fp8_e4m3", "q4_k_m": "gguf_q4_k_m", "awq": "awq", "gptq": "gptq",
-                        "q8_0": "gguf_q8_0"}
+                        "q8_0": "gguf_q8_0", "bf16": "bf16"}
 CANDIDATES = {c.key: c for c in DEFAULT_CANDIDATES}
 CANDIDATE_FOR = {(c.backend, VARIANT_QUANTIZATION[c.quantization]): c for c in DEFAULT_CANDIDATES
                  if c.quantization in VARIANT_QUANTIZATION}
@@ -82,8 +82,10 @@ def gpu_spec_from_host(host: Host) -> GpuSpec:
 def model_spec_from_model(model: Model) -> tuple[ModelSpec, dict[str, float]]:
     """The registered model's shape, and its variants' file sizes keyed by candidate quantization."""
     default = DEEPSEEK_R1_DISTILL_QWEN_7B
-    is_default = model.name.strip().lower() == default.name.lower()
-    context = model.context_length or (default.context_length if is_default else None)
+    # A registered model of a built-in architecture gets the shape the inventory does not hold
+    # (embedding size, attention heads, intermediate size) from the built-in spec.
+    builtin = next((m for m in BUILTIN_MODELS.values() if model_key(m.name) == model_key(model.name)), None)
+    context = model.context_length or (builtin.context_length if builtin else None)
     missing = [label for label, value in (("parameters", model.params_b), ("layers", model.layers),
                                           ("KV heads", model.kv_heads), ("head size", model.head_dim),
                                           ("context length", context)) if not value or value <= 0]
@@ -92,8 +94,10 @@ def model_spec_from_model(model: Model) -> tuple[ModelSpec, dict[str, float]]:
                                   f"leave the model blank for the built-in {default.name} spec.")
     spec = ModelSpec(name=model.name, params_b=model.params_b, layers=model.layers, kv_heads=model.kv_heads,
                      head_dim=model.head_dim, context_length=context,
-                     embedding_params_b=default.embedding_params_b if is_default else 0.0,
-                     known_weight_bytes=dict(default.known_weight_bytes) if is_default else {})
+                     embedding_params_b=builtin.embedding_params_b if builtin else 0.0,
+                     known_weight_bytes=dict(builtin.known_weight_bytes) if builtin else {},
+                     attention_heads=builtin.attention_heads if builtin else 0,
+                     intermediate_size=builtin.intermediate_size if builtin else 0)
     to_candidate = {v: k for k, v in VARIANT_QUANTIZATION.items()}
     sizes: dict[str, float] = {}
     for variant in model.variants.all():

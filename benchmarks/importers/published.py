@@ -1,4 +1,4 @@
-"""The V100 write-up's figures, as published (source: /work/shared/reference/seed-v100-writeup.md).
+"""The V100 write-up's figures, as published (a blog post comparing vLLM FP8 with llama.cpp Q4_K_M on Tesla V100s).
 
 A blog post measured these by hand on 2 × Tesla V100 16GB PCIe; they were not measured here.
 They ship as reference reports so charts can show where our measurements agree or disagree.
