@@ -7,6 +7,7 @@ from django.template.loader import render_to_string
 
 from benchmarks import services
 from benchmarks.engine.launcher import ENV_MASK
+from benchmarks.importers.model_config import shape_from_config
 from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, ServerRecipe, Variant
 
 # Never a filter, search or ordering on these, in any list (a "1 endpoint" or "0" answer to
@@ -68,8 +69,42 @@ class VariantInline(admin.TabularInline):
     extra = 0
 
 
+class ModelAdminForm(forms.ModelForm):
+    """Paste the checkpoint's config.json and the shape fields left blank are filled from it."""
+
+    config_json = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 6}), label="config.json",
+                                  help_text="Optional: the checkpoint's config.json. Its shape fills in every "
+                                            "field below left blank (parameters counted from it); a value you "
+                                            "type wins.")
+
+    class Meta:
+        model = Model
+        fields = "__all__"
+
+    FROM_SHAPE = ("params_b", "architecture", "context_length", "layers", "kv_heads", "head_dim", "attention_heads",
+                  "intermediate_size", "embedding_params_b")
+
+    def clean(self):
+        data = super().clean()
+        text = (data.get("config_json") or "").strip()
+        if not text:
+            return data
+        try:
+            shape = shape_from_config(text)
+        except ValueError as e:
+            self.add_error("config_json", str(e))
+            return data
+        for name in self.FROM_SHAPE:
+            value = getattr(shape, name)
+            if data.get(name) in (None, "") and value:
+                data[name] = round(value, 3) if isinstance(value, float) else value
+                setattr(self.instance, name, data[name])
+        return data
+
+
 @admin.register(Model)
 class ModelAdmin(InventoryAdmin):
+    form = ModelAdminForm
     list_display = ("name", "params_b", "architecture", "context_length", "layers", "kv_heads", "head_dim")
     search_fields = ("name", "architecture")
     inlines = [VariantInline]

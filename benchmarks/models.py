@@ -172,6 +172,11 @@ class Model(models.Model):
     layers = models.PositiveIntegerField(null=True, blank=True)
     kv_heads = models.PositiveIntegerField("KV heads", null=True, blank=True)
     head_dim = models.PositiveIntegerField("head size", null=True, blank=True)
+    # What tensor parallel must divide, and what quantized checkpoints keep 16-bit (the advisor's).
+    attention_heads = models.PositiveIntegerField(null=True, blank=True)
+    intermediate_size = models.PositiveIntegerField("MLP intermediate size", null=True, blank=True)
+    embedding_params_b = models.FloatField("embedding + lm_head parameters (billions)", null=True, blank=True,
+                                           help_text="The input embedding, plus lm_head unless tied to it.")
     notes = models.TextField(blank=True)
 
     class Meta:

@@ -124,3 +124,57 @@ def test_the_host_forms_help_says_the_default_queue_in_words(client):
     assert "Default: host- followed by the host&#x27;s name (host-v100a for v100a)." in page or \
         "Default: host- followed by the host's name (host-v100a for v100a)." in page
     assert "host-<name>" not in page
+
+
+# config.json of deepseek-ai/DeepSeek-R1-Distill-Qwen-14B (Qwen2 architecture), as published
+QWEN14B_CONFIG = """{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 5120,
+ "intermediate_size": 13824, "max_position_embeddings": 131072, "num_attention_heads": 40,
+ "num_hidden_layers": 48, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "tie_word_embeddings": false,
+ "torch_dtype": "bfloat16", "vocab_size": 152064}"""
+
+
+def model_post(**overrides):
+    data = {"name": "my-qwen-14b", "params_b": "", "architecture": "", "context_length": "", "layers": "",
+            "kv_heads": "", "head_dim": "", "attention_heads": "", "intermediate_size": "", "embedding_params_b": "",
+            "notes": "", "config_json": QWEN14B_CONFIG, "variants-TOTAL_FORMS": "0", "variants-INITIAL_FORMS": "0",
+            "variants-MIN_NUM_FORMS": "0", "variants-MAX_NUM_FORMS": "1000"}
+    data.update(overrides)
+    return data
+
+
+def test_a_model_is_registered_from_its_config_json_and_the_advisor_checks_tensor_parallel_on_it(client):
+    from benchmarks.advisor import GpuSpec, Workload, advise
+    from benchmarks.decisions.selectors import model_spec_from_model
+    from benchmarks.models import Model
+    client.force_login(user("root", staff=True))
+    r = client.post(reverse("admin:benchmarks_model_add"), model_post(layers="50"))
+    assert r.status_code == 302, r.content.decode()[:3000]
+    m = Model.objects.get(name="my-qwen-14b")
+    # the model card says 14.8B parameters; the typed layer count wins over the config's 48
+    assert m.layers == 50 and m.kv_heads == 8 and m.head_dim == 128 and m.attention_heads == 40
+    assert m.intermediate_size == 13824 and m.context_length == 131072 and m.architecture == "Qwen2ForCausalLM"
+    assert m.embedding_params_b == pytest.approx(2 * 152064 * 5120 / 1e9, abs=1e-3)
+    m.layers = 48
+    m.save()
+    spec, _ = model_spec_from_model(Model.objects.get(pk=m.pk))
+    assert abs(spec.params_b - 14.77) < 0.05
+    # 13,824 / 8 = 1,728 per GPU: not a multiple of AWQ's group size 128, so vLLM refuses TP 8 for it
+    rec = advise(GpuSpec("NVIDIA GeForce RTX 3070", (8, 6), 7.79, count=8), spec,
+                 Workload(users=16, prompt_tokens=512, output_tokens=100, context_tokens=8192), [])
+    assert any("not a multiple of the AWQ group size 128" in s
+               for s in rec.candidate("vllm-awq").fit.tensor_parallel_refused)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "config.json is not JSON"),
+    ('{"hidden_size": 4096}', "config.json lacks num_hidden_layers"),
+    ('{"hidden_size": 4096, "num_hidden_layers": -1, "num_attention_heads": 32, "intermediate_size": 1, '
+     '"vocab_size": 10}', "num_hidden_layers must be a whole number"),
+    ("[1, 2]", "must be a JSON object"),
+])
+def test_a_config_json_it_cannot_read_is_a_field_error_and_nothing_is_saved(client, text, message):
+    from benchmarks.models import Model
+    client.force_login(user("root", staff=True))
+    r = client.post(reverse("admin:benchmarks_model_add"), model_post(config_json=text))
+    assert r.status_code == 200 and message in r.content.decode()
+    assert not Model.objects.filter(name="my-qwen-14b").exists()

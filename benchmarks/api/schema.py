@@ -221,7 +221,8 @@ class ModelSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Model
-        fields = ["name", "params_b", "architecture", "context_length", "layers", "kv_heads", "head_dim", "variants"]
+        fields = ["name", "params_b", "architecture", "context_length", "layers", "kv_heads", "head_dim",
+                  "attention_heads", "intermediate_size", "embedding_params_b", "variants"]
 
 
 class EndpointSerializer(serializers.ModelSerializer):

@@ -82,8 +82,8 @@ def gpu_spec_from_host(host: Host) -> GpuSpec:
 def model_spec_from_model(model: Model) -> tuple[ModelSpec, dict[str, float]]:
     """The registered model's shape, and its variants' file sizes keyed by candidate quantization."""
     default = DEEPSEEK_R1_DISTILL_QWEN_7B
-    # A registered model of a built-in architecture gets the shape the inventory does not hold
-    # (embedding size, attention heads, intermediate size) from the built-in spec.
+    # The inventory's shape first; a registered model of a built-in architecture gets what the
+    # inventory leaves blank (embedding size, attention heads, intermediate size) from the built-in spec.
     builtin = next((m for m in BUILTIN_MODELS.values() if model_key(m.name) == model_key(model.name)), None)
     context = model.context_length or (builtin.context_length if builtin else None)
     missing = [label for label, value in (("parameters", model.params_b), ("layers", model.layers),
@@ -94,10 +94,10 @@ def model_spec_from_model(model: Model) -> tuple[ModelSpec, dict[str, float]]:
                                   f"leave the model blank for the built-in {default.name} spec.")
     spec = ModelSpec(name=model.name, params_b=model.params_b, layers=model.layers, kv_heads=model.kv_heads,
                      head_dim=model.head_dim, context_length=context,
-                     embedding_params_b=builtin.embedding_params_b if builtin else 0.0,
+                     embedding_params_b=model.embedding_params_b or (builtin.embedding_params_b if builtin else 0.0),
                      known_weight_bytes=dict(builtin.known_weight_bytes) if builtin else {},
-                     attention_heads=builtin.attention_heads if builtin else 0,
-                     intermediate_size=builtin.intermediate_size if builtin else 0)
+                     attention_heads=model.attention_heads or (builtin.attention_heads if builtin else 0),
+                     intermediate_size=model.intermediate_size or (builtin.intermediate_size if builtin else 0))
     to_candidate = {v: k for k, v in VARIANT_QUANTIZATION.items()}
     sizes: dict[str, float] = {}
     for variant in model.variants.all():
