@@ -111,6 +111,11 @@ def one_server(entry: dict, allow: launcher.Allowlist, state: str, requests: int
     return out
 
 
+def _cell(value, width: int, divisor: float = 1.0, digits: int = 1) -> str:
+    """A figure right-aligned in `width`, or a dash: a figure not measured is never printed as 0."""
+    return f"{'-':>{width}}" if value is None else f"{value / divisor:{width}.{digits}f}"
+
+
 def table(result: dict) -> list[str]:
     """The result as lines: per server and level, decode and aggregate speed and each GPU's peak
     memory and mean utilization."""
@@ -121,10 +126,10 @@ def table(result: dict) -> list[str]:
             lines.append(f"{s['label']:<40} {r.status}: {s.get('error') or r.refusal or r.failure} {r.cause.line[:60]}")
             continue
         for lv in s["levels"]:
-            per_gpu = "  ".join(f"GPU{g['index']} {(g['peak_memory_used_mib'] or 0) / 1024:5.1f} / "
-                                f"{g['mean_utilization_gpu'] or 0:3.0f}" for g in lv["gpus"])
-            lines.append(f"{s['label']:<40} {lv['concurrency']:>5} {lv['decode_tok_s_p50'] or 0:10.1f} "
-                         f"{lv['aggregate_tok_s'] or 0:9.1f}  {per_gpu}")
+            per_gpu = "  ".join(f"GPU{g['index']} {_cell(g['peak_memory_used_mib'], 5, 1024)} / "
+                                f"{_cell(g['mean_utilization_gpu'], 3, digits=0)}" for g in lv["gpus"])
+            lines.append(f"{s['label']:<40} {lv['concurrency']:>5} {_cell(lv['decode_tok_s_p50'], 10)} "
+                         f"{_cell(lv['aggregate_tok_s'], 9)}  {per_gpu}")
     agreement = result["topology_vs_nvidia_smi"]
     lines.append("topology: " + ("nvidia-smi not compared" if not agreement["compared"] else
                                  "the probe agrees with nvidia-smi topo -m" if not agreement["differ"] else

@@ -162,6 +162,16 @@ def test_the_table_gives_each_gpu_its_own_figures():
         "topology: nvidia-smi not compared"
 
 
+def test_a_figure_not_measured_is_a_dash_never_zero():
+    level = {"concurrency": 4, "decode_tok_s_p50": None, "aggregate_tok_s": 12.5,
+             "gpus": [{"index": 0, "peak_memory_used_mib": None, "mean_utilization_gpu": None}]}
+    result = {"servers": [{"label": "7b", "levels": [level], "report": {"status": "stopped"}}],
+              "topology_vs_nvidia_smi": {"compared": False, "differ": []}}
+    row = gpu_multi.table(result)[1]
+    assert row[40:].split() == ["4", "-", "12.5", "GPU0", "-", "/", "-"]
+    assert " 0.0" not in row and " 0 " not in row
+
+
 def test_it_stops_where_there_are_not_two_gpus():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_multi.py"), "--server", "/bin/true",
                            "--model", "7b=/tmp/none.gguf"], capture_output=True, text=True, timeout=60)
