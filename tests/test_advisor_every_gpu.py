@@ -206,6 +206,15 @@ def test_each_architecture_has_its_own_efficiency_not_the_v100_writeups():
     assert v100.evidence_basis is not None  # published figures at 1 and 8 users: interpolated, not estimated
 
 
+def test_an_estimate_above_a_published_figure_is_said_to_rank_below_it():
+    # the write-up's published 56 tok/s for llama.cpp Q4_K_M on a V100 ranks above vLLM GPTQ's estimate
+    rec = advise(gpu(*V100), Q7, Workload(users=1, prompt_tokens=512, output_tokens=100, context_tokens=8192),
+                 published_v100_evidence())
+    assert rec.recommended == "llamacpp-q4_k_m" and rec.ranked[1].priority_how == "estimated"
+    assert rec.why[2].startswith(f"Next: {rec.ranked[1].label}")
+    assert "An estimate ranks below figures that were measured or published" in rec.why[2]
+
+
 def test_a_fit_closer_than_the_overheads_uncertainty_is_not_called_one():
     from benchmarks.advisor import memory_fit
     q4 = BY_KEY["llamacpp-q4_k_m"]

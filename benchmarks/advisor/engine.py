@@ -604,7 +604,9 @@ def _why(gpu: GpuSpec, workload: Workload, results: list[CandidateResult], rec: 
     refused = [r.label for r in results if not r.eligible]
     if others and others[0].priority_value is not None:
         third = f"Next: {others[0].label}, {others[0].priority_text}."
-        if _bands_overlap(workload, rec, others[0]):
+        if others[0].priority_how == "estimated" and rec.priority_how != "estimated":
+            third += " An estimate ranks below figures that were measured or published, whatever its value."
+        elif _bands_overlap(workload, rec, others[0]):
             third += " The two estimates overlap: measure both before choosing between them."
     elif refused:
         third = (f"{', '.join(refused)} cannot start on compute capability {cc_str(gpu.compute_capability)} "
