@@ -22,6 +22,14 @@ import io
 from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure, shown
 from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
 from benchmarks.engine.stats import welch
+from benchmarks.engine.validity import FLAG_NAMES
+
+# One run of an endpoint differs from the next on a shared host by this much (a stated default until
+# the endpoint's own trials give its spread): with one trial a side, a smaller ratio names no winner.
+ONE_TRIAL_NOISE_PCT = 10.0
+# A level measured while something else competed for the host, the client or the server: its
+# figures are the basis of no sentence that names a winner.
+CONTENDED = ("host_busy", "client_saturated", "server_busy")
 
 FINGERPRINT_FIELDS = {
     "prompt_tokens": "prompt tokens",
@@ -174,8 +182,9 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     `better`) wins, by how many times, with both values; None when either lacks it. With
     trials on both sides a winner is named only when Welch's t-test finds the difference
     significant at 5 % (`significant` True); otherwise the sentence says there is no
-    significant difference, with n. With one trial on a side it keeps the plain wording and
-    says it was not tested (`significant` None): one trial claims no significance."""
+    significant difference, with n. With one trial on each side a winner is named only beyond
+    the run-to-run noise (ONE_TRIAL_NOISE_PCT), said as untested (`significant` None). A level
+    measured while the host, the client or the server was contended names no winner."""
     a, b = xl.get(f), yl.get(f)
     if not a or not b:
         return None
@@ -185,15 +194,31 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     ratio = _times(max(a, b), min(a, b))
     base = {"metric": f.name, "values": [a, b], "labels": [x["label"], y["label"]], "significant": None}
     nx, ny = xl.trials, yl.trials
+    both = f"{a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}"
+    busy = [(s["label"], FLAG_NAMES[flag]) for s, pt in ((x, xl), (y, yl)) for flag in CONTENDED if flag in pt.flags]
+    if busy:
+        said = "; ".join(f"{label}: {words}" for label, words in busy)
+        return {**base, "significant": False,
+                "text": f"No winner named for {f.label} between {x['label']} and {y['label']} {where} ({both}): "
+                        f"measured while something else competed ({said}), so the figures are not comparable."}
+    if ratio == _times(1, 1):  # within half a percent: no winner to name
+        return {**base, "text": f"{f.label} is the same for {x['label']} and {y['label']} {where} "
+                                f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted})."}
+    if nx == 1 and ny == 1 and max(a, b) / min(a, b) < 1 + ONE_TRIAL_NOISE_PCT / 100:
+        published = [s["label"] for s in (x, y) if s.get("kind") in ("published", "imported")]
+        unknown = (f"; the {'published' if len(published) == 1 else 'imported'} figure's own uncertainty is not known"
+                   if published else "")
+        return {**base, "significant": False,
+                "text": f"No clear difference in {f.label} between {x['label']} and {y['label']} {where} "
+                        f"({_times(max(a, b), min(a, b))}, {both}): within the ±{ONE_TRIAL_NOISE_PCT:g} % one run "
+                        f"of an endpoint varies from the next on a shared host{unknown}; several trials a side "
+                        f"would settle it."}
     test = welch(xl.samples.get(f.name, ()), yl.samples.get(f.name, ())) if nx > 1 and ny > 1 else None
     if test is not None and not test.significant:
         return {**base, "significant": False,
                 "text": f"No significant difference in {f.label} between {x['label']} and {y['label']} {where} "
                         f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}, means of n={nx} and n={ny} trials; "
                         f"Welch's t-test, 5 %)."}
-    if ratio == _times(1, 1):  # within half a percent: no winner to name
-        return {**base, "text": f"{f.label} is the same for {x['label']} and {y['label']} {where} "
-                                f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted})."}
     phrase = m.phrase or ("{winner} has a {ratio} lower {what} than {loser}" if m.lower_is_better
                           else "{winner} has a {ratio} higher {what} than {loser}")
     text = phrase.format(winner=winner["label"], loser=loser["label"], ratio=ratio, what=f.label)
