@@ -134,18 +134,25 @@ def test_the_verdict_refusals_and_commands(row):
                 assert model.attention_heads % size == 0 and (model.kv_heads % size == 0 or size % model.kv_heads == 0)
         else:
             assert "-ngl 99" in command and f"--parallel {users}" in command and f"-c {users * context}" in command
+            # llama.cpp splits over every GPU it sees: sized on fewer, it is told which
+            pinned = ",".join(str(i) for i in range(r.fit.gpus_used))
+            assert command.startswith(f"CUDA_VISIBLE_DEVICES={pinned} ") == (r.fit.gpus_used < count), command
     if version and version >= (0, 20) and tuple(cc) == (7, 0):  # refused by the release: which still run
         gptq = rec.candidate("vllm-gptq")
         assert any("releases before v0.20 still start it" in s for s in gptq.ineligible_reasons), gptq.ineligible_reasons
     if "vllm-gptq" in checks:
         assert rec.candidate("vllm-gptq").eligible and "before v0.20" not in rec.candidate("vllm-gptq").releases
-    if "kv-fp8" in checks:
+    if "kv-fp8" in checks:  # an A100 (8.0) has no E4M3 conversions: E5M2 (vLLM issue #26431)
         for key in ("vllm-fp8", "vllm-awq"):
             r = rec.candidate(key)
-            assert r.fit.fits and "--kv-cache-dtype fp8" in r.launch.command, r.fit.explanation
+            assert r.fit.fits and "--kv-cache-dtype fp8_e5m2" in r.launch.command, r.fit.explanation
+    for r in rec.ranked:  # the FP8 KV cache's format follows the GPU: E4M3 from compute capability 8.9
+        if r.launch is not None and "--kv-cache-dtype" in r.launch.command:
+            dtype = r.launch.command.split("--kv-cache-dtype ")[1].split()[0]
+            assert dtype == ("fp8" if tuple(cc) >= (8, 9) else "fp8_e5m2"), r.launch.command
     if "fp8-tp2" in checks:
         r = rec.candidate("vllm-fp8")
-        assert r.fit.fits and "--tensor-parallel-size 2" in r.launch.command and "--kv-cache-dtype fp8" in r.launch.command
+        assert r.fit.fits and "--tensor-parallel-size 2" in r.launch.command and "--kv-cache-dtype fp8_e5m2" in r.launch.command
     if "no-bf16" in checks:
         assert not rec.candidate("vllm-bf16").fit.fits and rec.candidate("vllm-fp8").fit.fits
     if "tp8-heads" in checks:
@@ -215,6 +222,14 @@ def test_an_estimate_above_a_published_figure_is_said_to_rank_below_it():
     assert "An estimate ranks below figures that were measured or published" in rec.why[2]
 
 
+def test_memory_headroom_is_never_called_an_estimate_and_vllm_s_is_within_its_share():
+    rec = advise(gpu(*H100), L8, Workload(users=16, prompt_tokens=512, output_tokens=100, context_tokens=8192,
+                                          priority="memory_headroom"), [])
+    assert all("estimates overlap" not in line for line in rec.why)
+    awq = rec.candidate("vllm-awq")
+    assert "of vLLM's --gpu-memory-utilization 0.9 share left" in awq.priority_text
+
+
 def test_a_fit_closer_than_the_overheads_uncertainty_is_not_called_one():
     from benchmarks.advisor import memory_fit
     q4 = BY_KEY["llamacpp-q4_k_m"]
@@ -231,3 +246,26 @@ def test_the_commands_serve_prequantized_checkpoints_without_quantization():
         launch = rec.candidate(key).launch
         assert "--quantization" not in launch.command
         assert any(line.startswith("No --quantization:") and "awq_marlin" in line for line in launch.why)
+
+
+def test_fed_the_setup_a_figure_was_published_for_the_estimate_gives_that_figure_back():
+    # llama.cpp PR #4766: a P40 decodes LLaMA 7B Q4_0 (3.56 GiB; 32 layers x 32 KV heads x 128) at 56.79 tok/s
+    # in llama-bench's tg128 (one stream from an empty context: 64 tokens held on average)
+    from benchmarks.advisor import ModelSpec
+    llama7b = ModelSpec("LLaMA 7B", params_b=6.74, layers=32, kv_heads=32, head_dim=128, context_length=2048,
+                        attention_heads=32, intermediate_size=11008)
+    rec = advise(gpu(*P40), llama7b, Workload(users=1, prompt_tokens=1, output_tokens=126, context_tokens=128), [],
+                 [BY_KEY["llamacpp-q4_k_m"]], variant_bytes={"q4_k_m": 3.56 * GIB})
+    lo, hi = rec.candidate("llamacpp-q4_k_m").predicted["decode_tok_s_p50"].band
+    assert lo <= 56.79 * 1.01 and hi >= 56.79 * 0.99, (lo, hi)
+
+
+@pytest.mark.parametrize("name, bandwidth", [
+    # NVIDIA's specifications: a "Ti" or "SUPER" is another card with other figures, never its sibling's
+    ("NVIDIA GeForce RTX 3070 Ti", 608), ("NVIDIA GeForce RTX 2080 SUPER", 496),
+    ("NVIDIA GeForce RTX 4070 Ti SUPER", 672), ("NVIDIA GeForce RTX 3070", 448),
+])
+def test_a_variant_of_a_card_gets_its_own_datasheet_row(name, bandwidth):
+    from benchmarks.advisor.gpus import peak_of
+    assert peak_of(name).bandwidth_gbs == bandwidth
+    assert peak_of("NVIDIA GeForce RTX 4060") is None  # not listed: no sibling's figures instead

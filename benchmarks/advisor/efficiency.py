@@ -4,13 +4,14 @@ maintainers (and this project) published: the physical prior's efficiencies.
 A decode step of U sequences takes, in this model,
 
     t(U) = (weight bytes + U x context x KV bytes per token) / bandwidth / e_mem
-         + U x 2 x parameters / tensor peak / e_compute
+         + (U - 1) x 2 x parameters / tensor peak / e_compute
 
 the weights read once for the batch, each sequence's KV cache read for itself, the matrix work
-growing with the batch. `e_mem` (a share of the bandwidth ceiling) is what a single stream shows;
-`e_compute` (a share of the tensor peak) is what the batch adds on top. A series of figures at
-several batch sizes fits both (least squares, in 1/e); a single figure fits `e_mem` alone (its small
-compute term counted as memory time: a lower bound). A figure above its own bandwidth ceiling
+growing with the batch (each stream beyond the first: the first's is in what a single stream shows).
+`e_mem` (a share of the bandwidth ceiling) is what a single stream shows; `e_compute` (a share of the
+peak of the precision its matrix products use) is what each further stream adds. A series of figures
+at several batch sizes fits both (least squares, in 1/e); a single figure fits `e_mem` alone. The batch
+efficiencies come from the GPU's own architecture where there are any. A figure above its own bandwidth ceiling
 cannot be right as stated and is left out, said.
 
 Each efficiency is kept per engine and GPU architecture: the prior uses the figures on the asked
@@ -43,7 +44,8 @@ class DecodeFigures:
     points: tuple[tuple[int, float], ...]  # (sequences in the batch, tok/s per stream)
     source: str  # repository and PR / issue / path, with its date
     note: str = ""
-    compute: str = "fp16"  # which tensor peak bounds its matrix work: "fp16" | "fp8"
+    compute: str = "fp16"  # which peak bounds its matrix work: "fp16" | "fp8" | "int8" (llama.cpp's quantized
+    # matrix products: int8 dot products, dp4a or int8 tensor cores)
 
 
 LLAMA_7B_KV = 2 * 32 * 32 * 128 * 2  # LLaMA / Llama 2 7B: 32 layers x 32 KV heads x 128, FP16
@@ -53,28 +55,33 @@ QWEN3_14B_KV = 2 * 40 * 8 * 128 * 2
 QWEN3_4B_KV = 2 * 36 * 8 * 128 * 2
 GIB = 1024**3
 
+def _llamacpp(id: str, *args, **kwargs) -> DecodeFigures:
+    """A llama.cpp figure: its quantized matrix products are int8 dot products (MMVQ/MMQ)."""
+    return DecodeFigures(id, LLAMACPP, *args, compute="int8", **kwargs)
+
+
 PUBLISHED: tuple[DecodeFigures, ...] = (
     # --- llama.cpp, CUDA: llama-bench tg (text generation from an empty context) ---
-    DecodeFigures("llamacpp-p40-pr4766", LLAMACPP, "Tesla P40", "LLaMA 7B Q4_0 (3.56 GiB)", 6.74, 3.56 * GIB,
+    _llamacpp("llamacpp-p40-pr4766", "Tesla P40", "LLaMA 7B Q4_0 (3.56 GiB)", 6.74, 3.56 * GIB,
                   LLAMA_7B_KV, 64, ((1, 56.79),), "ggml-org/llama.cpp PR #4766 (llama-bench tg128, January 2024)"),
-    DecodeFigures("llamacpp-v100-pr5434", LLAMACPP, "Tesla V100-PCIE-16GB", "LLaMA 7B Q5_1 (4.72 GiB)", 6.74,
+    _llamacpp("llamacpp-v100-pr5434", "Tesla V100-PCIE-16GB", "LLaMA 7B Q5_1 (4.72 GiB)", 6.74,
                   4.72 * GIB, LLAMA_7B_KV, 1, ((1, 98.03),), "ggml-org/llama.cpp PR #5434 (tg1, 2024-02-10)"),
-    DecodeFigures("llamacpp-3090ti-pr4812", LLAMACPP, "NVIDIA GeForce RTX 3090 Ti", "LLaMA 7B Q4_0 (3.56 GiB)", 6.74,
+    _llamacpp("llamacpp-3090ti-pr4812", "NVIDIA GeForce RTX 3090 Ti", "LLaMA 7B Q4_0 (3.56 GiB)", 6.74,
                   3.56 * GIB, LLAMA_7B_KV, 64, ((1, 127.43),), "ggml-org/llama.cpp PR #4812 (tg128, 2024-01-07)"),
-    DecodeFigures("llamacpp-4090-pr6766", LLAMACPP, "NVIDIA GeForce RTX 4090", "Llama 2 7B Q4_0 (3.56 GiB)", 6.74,
+    _llamacpp("llamacpp-4090-pr6766", "NVIDIA GeForce RTX 4090", "Llama 2 7B Q4_0 (3.56 GiB)", 6.74,
                   3.56 * GIB, LLAMA_7B_KV, 64, ((1, 146.81),),
                   "ggml-org/llama.cpp PR #6766 (CUDA graphs, ./main text generation, 2024-04-19)"),
-    DecodeFigures("llamacpp-h100pcie-issue6763", LLAMACPP, "NVIDIA H100 PCIe", "Llama 2 7B Q4_K_M (3.80 GiB)", 6.74,
+    _llamacpp("llamacpp-h100pcie-issue6763", "NVIDIA H100 PCIe", "Llama 2 7B Q4_K_M (3.80 GiB)", 6.74,
                   3.80 * GIB, LLAMA_7B_KV, 64, ((1, 163.83),),
                   "ggml-org/llama.cpp issue #6763 (CUDA graphs, -n 128, 2024-04-19)"),
-    DecodeFigures("llamacpp-3090-pr15802", LLAMACPP, "NVIDIA GeForce RTX 3090", "Llama 3 8B Q4_0 (4.33 GiB)", 8.03,
+    _llamacpp("llamacpp-3090-pr15802", "NVIDIA GeForce RTX 3090", "Llama 3 8B Q4_0 (4.33 GiB)", 8.03,
                   4.33 * GIB, LLAMA3_8B_KV, 256, ((1, 155.02), (8, 570.67 / 8)),
                   "ggml-org/llama.cpp PR #15802 (pp512 at micro-batch 1 and 8, September 2025)",
                   note="8 tokens of one sequence a step stand in for 8 sequences"),
-    DecodeFigures("llamacpp-2080-llmfit773", LLAMACPP, "NVIDIA GeForce RTX 2080", "Llama 3.1 8B Q4_K_M (4.58 GiB)",
+    _llamacpp("llamacpp-2080-llmfit773", "NVIDIA GeForce RTX 2080", "Llama 3.1 8B Q4_K_M (4.58 GiB)",
                   8.03, 4.58 * GIB, LLAMA3_8B_KV, 128, ((1, 71.9),),
                   "AlexsJones/llmfit PR #773 (third party, 2026-07-20)"),
-    DecodeFigures("llamacpp-h200-here", LLAMACPP, "NVIDIA H200", "a Qwen2-7B-shaped Q4_K_M (4.68 GB)", 7.62, 4.68e9,
+    _llamacpp("llamacpp-h200-here", "NVIDIA H200", "a Qwen2-7B-shaped Q4_K_M (4.68 GB)", 7.62, 4.68e9,
                   QWEN2_7B_KV, 562, ((1, 247.4), (8, 71.5)),
                   "this project's own lab run on an NVIDIA H200, 2026-12-02 (benchmarks/engine/results/"
                   "gpu_lab_h200.json)"),
@@ -110,10 +117,10 @@ def memory_s(peak: GpuPeak, weights: float, kv_per_token: float, users: int, con
     return (weights + users * context * kv_per_token) / (peak.bandwidth_gbs * 1e9)
 
 
-def compute_s(peak: GpuPeak, params_b: float, users: int, precision: str = "fp16") -> float:
-    """The step's matrix work at the full tensor peak: 2 FLOP per parameter per sequence."""
-    tflops = peak.fp8_tflops if precision == "fp8" and peak.fp8_tflops else peak.fp16_tflops
-    return 2 * params_b * 1e9 * users / (tflops * 1e12)
+def compute_s(peak: GpuPeak, params_b: float, streams: int, precision: str = "fp16") -> float:
+    """`streams` sequences' matrix work at the full peak of that precision: 2 FLOP per parameter each."""
+    tflops = {"fp8": peak.fp8_tflops, "int8": peak.int8_tops}.get(precision) or peak.fp16_tflops
+    return 2 * params_b * 1e9 * streams / (tflops * 1e12)
 
 
 @dataclass(frozen=True)
@@ -143,8 +150,10 @@ def fit(f: DecodeFigures) -> Fitted | None:
     peak = peak_of(f.gpu)
     if peak is None:
         return None
+    # One stream's own matrix work is part of what its figure shows (in e_mem); each further
+    # stream of the batch adds its own (e_compute).
     rows = [(memory_s(peak, f.weight_bytes, f.kv_bytes_per_token, u, f.context),
-             compute_s(peak, f.params_b, u, f.compute), 1 / v) for u, v in f.points]
+             compute_s(peak, f.params_b, u - 1, f.compute), 1 / v) for u, v in f.points]
     m1, _, t1 = min(rows, key=lambda r: r[0])
     if len(rows) == 1:
         e_mem, e_compute = m1 / t1, None
@@ -179,21 +188,25 @@ class Efficiency:
     left_out: tuple[Fitted, ...]
 
 
-def efficiency(engine: str, cc: tuple[int, int], extra: tuple[DecodeFigures, ...] = ()) -> Efficiency | None:
-    """The engine's efficiencies for a GPU of this compute capability, from the published figures
-    and `extra` (runs measured here on other GPUs); None when the engine has no figure at all."""
+def efficiency(engine: str, cc: tuple[int, int], extra: tuple[DecodeFigures, ...] = (),
+               gpu_name: str = "") -> Efficiency | None:
+    """The engine's efficiencies for this GPU (its compute capability, its name), from the
+    published figures and `extra` (runs measured here on other GPUs); None when the engine has no
+    figure at all."""
     fitted = [r for r in (fit(f) for f in PUBLISHED + tuple(extra) if f.engine == engine) if r is not None]
     used = [r for r in fitted if not r.left_out]
     if not used:
         return None
     arch = architecture(cc)
     here = [r for r in used if r.architecture == arch]
+    same_gpu = peak_of(gpu_name) if gpu_name else None
     # One figure on an architecture is one setup's luck (or a lower bound): with fewer than two,
-    # the band is the engine's whole spread.
-    memory = here if len(here) >= MIN_FIGURES else used
+    # the band is the engine's whole spread, unless a figure is of this very GPU model.
+    memory = here if len(here) >= MIN_FIGURES or any(r.peak == same_gpu for r in here) else used
     batch = [r for r in used if r.e_compute is not None]
     if not batch:
         return None
+    batch = [r for r in batch if r.architecture == arch] or batch
     mems, computes = [r.e_mem for r in memory], [r.e_compute for r in batch]
     return Efficiency(engine, arch, memory is here, (min(mems), max(mems)), (min(computes), max(computes)),
                       tuple(memory), tuple(batch), tuple(r for r in fitted if r.left_out))

@@ -214,6 +214,10 @@ def _meets_all(checks: dict[str, TargetCheck]) -> bool | None:
 def _priority(priority: str, m: dict[str, Predicted], fit: MemoryFit) -> tuple[float | None, str, str]:
     """The value ranked on (higher is better), how to say it, and how it was read."""
     if priority == "memory_headroom":
+        if fit.gpu_memory_utilization is not None:  # vLLM holds its whole share, used or not
+            return fit.headroom_gib, (f"{fmt(fit.headroom_gib)} GiB of vLLM's --gpu-memory-utilization "
+                                      f"{fmt(fit.gpu_memory_utilization)} share left after this workload (vLLM "
+                                      f"takes the whole share at start-up)"), "computed"
         return fit.headroom_gib, f"{fmt(fit.headroom_gib)} GiB of memory left", "computed"
     if priority == "throughput":
         p = m["aggregate_tok_s"]
@@ -618,6 +622,8 @@ def _why(gpu: GpuSpec, workload: Workload, results: list[CandidateResult], rec: 
 
 def _band(workload: Workload, r: CandidateResult) -> tuple[float, float] | None:
     """The estimate's band of the figure ranked on; None when it was not estimated."""
+    if workload.priority not in ("throughput", "single_user_speed"):
+        return None  # memory headroom is computed, quality measured: neither is an estimate's band
     metric = "aggregate_tok_s" if workload.priority == "throughput" else "decode_tok_s_p50"
     p = r.predicted.get(metric)
     return p.band if p is not None and p.how == "estimated" else None

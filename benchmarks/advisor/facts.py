@@ -105,12 +105,13 @@ FACTS: tuple[Fact, ...] = (
          "vllm-project/vllm vllm/v1/core/kv_cache_utils.py (check_enough_kv_cache_memory); vLLM engine "
          "arguments (--max-model-len)", CHECKED),
     Fact("vllm-kv-fp8",
-         "--kv-cache-dtype fp8 stores vLLM's KV cache in FP8 (1 byte per value, half of FP16) on every GPU "
-         "vLLM runs on, not only where FP8 math is native: FlashInfer reads an FP8 cache on compute capability "
-         "7.x to 9.x and Triton attention on any",
-         "vllm-project/vllm docs/design/attention_backends.md (v0.32.0, the attention-backend table: KV cache "
-         "dtypes per backend and compute capability); vLLM docs: Quantized KV Cache", CHECKED, engine=VLLM,
-         value=1.0),
+         "vLLM stores the KV cache in FP8 (1 byte per value, half of FP16) on every GPU it runs on, in the E4M3 "
+         "format (--kv-cache-dtype fp8) from compute capability 8.9; older GPUs have no E4M3 conversions (Triton "
+         "attention stops with 'type fp8e4nv not supported in this architecture'), so there it takes "
+         "--kv-cache-dtype fp8_e5m2",
+         "vllm-project/vllm docs/design/attention_backends.md (v0.32.0, KV cache dtypes per backend); issue "
+         "#26431 (fp8 KV cache on an RTX 3090, v0.11.0); vLLM docs: Quantized KV Cache (fp8, fp8_e4m3, fp8_e5m2)",
+         CHECKED, engine=VLLM, value=1.0, min_cc=(8, 9)),
     Fact("vllm-prequantized",
          "vLLM reads a pre-quantized checkpoint's method from its config and picks its fastest kernel by itself "
          "(AWQ-Marlin, GPTQ-Marlin, FP8 Marlin where the GPU allows): serve it without --quantization. An explicit "

@@ -70,6 +70,7 @@ PEAKS: tuple[GpuPeak, ...] = (
     GpuPeak("Quadro RTX 8000", ("rtx", "8000"), (7, 5), 48, 672, 130.5, 261),
     GpuPeak("TITAN RTX", ("titan", "rtx"), (7, 5), 24, 672, 130, 261, source=GEFORCE),
     GpuPeak("GeForce RTX 2080 Ti", ("2080", "ti"), (7, 5), 11, 616, 53.8, 215.2, source=GEFORCE),
+    GpuPeak("GeForce RTX 2080 SUPER", ("2080", "super"), (7, 5), 8, 496, 44.6, 178.4, source=GEFORCE),
     GpuPeak("GeForce RTX 2080", ("2080",), (7, 5), 8, 448, 40.3, 161.1, source=GEFORCE),
     GpuPeak("GeForce RTX 2070", ("2070",), (7, 5), 8, 448, 29.9, 119.4, source=GEFORCE),
     # --- Ampere ---
@@ -88,6 +89,7 @@ PEAKS: tuple[GpuPeak, ...] = (
     GpuPeak("GeForce RTX 3090", ("3090",), (8, 6), 24, 936, 71, 284, source=GEFORCE),
     GpuPeak("GeForce RTX 3080 Ti", ("3080", "ti"), (8, 6), 12, 912, 68.2, 272.8, source=GEFORCE),
     GpuPeak("GeForce RTX 3080", ("3080",), (8, 6), 10, 760, 59.5, 238, source=GEFORCE),
+    GpuPeak("GeForce RTX 3070 Ti", ("3070", "ti"), (8, 6), 8, 608, 43.5, 174, source=GEFORCE),
     GpuPeak("GeForce RTX 3070", ("3070",), (8, 6), 8, 448, 40.6, 162.6, source=GEFORCE),
     GpuPeak("GeForce RTX 3060 Ti", ("3060", "ti"), (8, 6), 8, 448, 32.4, 129.6, source=GEFORCE),
     GpuPeak("GeForce RTX 3060", ("3060",), (8, 6), 12, 360, 25.6, 102, source=GEFORCE),
@@ -99,7 +101,9 @@ PEAKS: tuple[GpuPeak, ...] = (
     GpuPeak("GeForce RTX 4090", ("4090",), (8, 9), 24, 1008, 165, 660, 330, source=GEFORCE),
     GpuPeak("GeForce RTX 4080 SUPER", ("4080", "super"), (8, 9), 16, 736, 104, 418, 209, source=GEFORCE),
     GpuPeak("GeForce RTX 4080", ("4080",), (8, 9), 16, 717, 97.5, 390, 195, source=GEFORCE),
+    GpuPeak("GeForce RTX 4070 Ti SUPER", ("4070", "ti", "super"), (8, 9), 16, 672, 88.2, 353, 176, source=GEFORCE),
     GpuPeak("GeForce RTX 4070 Ti", ("4070", "ti"), (8, 9), 12, 504, 80.2, 320.7, 160, source=GEFORCE),
+    GpuPeak("GeForce RTX 4070 SUPER", ("4070", "super"), (8, 9), 12, 504, 71, 284, 142, source=GEFORCE),
     GpuPeak("GeForce RTX 4070", ("4070",), (8, 9), 12, 504, 58, 233, 117, source=GEFORCE),
     GpuPeak("GeForce RTX 4060 Ti", ("4060", "ti"), (8, 9), 8, 288, 44, 177, 88, source=GEFORCE),
     # --- Hopper ---
@@ -115,6 +119,9 @@ PEAKS: tuple[GpuPeak, ...] = (
 )
 
 
+VARIANT_WORDS = {"ti", "super"}
+
+
 def peak_of(gpu_name: str) -> GpuPeak | None:
     """'Tesla V100-PCIE-16GB' (as pynvml names it) or 'Tesla V100 (PCIe)' (as this table does) -> the
     V100 PCIe row; None when the GPU is not listed."""
@@ -122,4 +129,6 @@ def peak_of(gpu_name: str) -> GpuPeak | None:
     if exact is not None:
         return exact
     words = set(re.sub(r"[-_(),]", " ", gpu_name.lower()).split())
-    return next((p for p in PEAKS if all(w in words for w in p.words)), None)
+    # A variant word the row does not name ("Ti", "SUPER") is another card, with other figures.
+    return next((p for p in PEAKS if all(w in words for w in p.words)
+                 and not (words & VARIANT_WORDS) - set(p.words)), None)

@@ -54,6 +54,11 @@ def launch(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workl
         return Launch(" ".join(parts), "", tuple(why))
     parts = ["llama-server", f"-m {_weights_path(candidate, model)}", "--port 8080", f"-c {users * context}",
              f"--parallel {users}", "-ngl 99"]
+    if fit.gpus_used < gpu.count:  # llama.cpp spreads over every GPU it sees: only the ones it was sized on
+        devices = ",".join(str(i) for i in range(fit.gpus_used))
+        parts.insert(0, f"CUDA_VISIBLE_DEVICES={devices}")
+        why.append(f"CUDA_VISIBLE_DEVICES={devices}: sized on {fit.gpus_used} of the host's {gpu.count} GPUs; "
+                   f"llama.cpp would otherwise split over all of them.")
     why.append(f"-c {users * context} --parallel {users}: " + fact("llamacpp-slots").statement
                + f": {context} tokens per slot.")
     why.append("-ngl 99: " + fact("llamacpp-ngl").statement + ".")

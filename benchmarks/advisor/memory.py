@@ -90,8 +90,9 @@ def kv_options(candidate: Candidate, cc: tuple[int, int]) -> list[KvCache]:
         f = fact("llamacpp-kv-quant")
         options.append(KvCache("q8_0", f.value, "-ctk q8_0 -ctv q8_0", f.id))
     elif candidate.backend == "vllm":
-        f = fact("vllm-kv-fp8")
-        options.append(KvCache("FP8", f.value, "--kv-cache-dtype fp8", f.id))
+        f = fact("vllm-kv-fp8")  # E4M3 where the GPU converts it, E5M2 below (min_cc: the E4M3 floor)
+        dtype = "fp8" if tuple(cc) >= f.min_cc else "fp8_e5m2"
+        options.append(KvCache("FP8", f.value, f"--kv-cache-dtype {dtype}", f.id))
     return options
 
 

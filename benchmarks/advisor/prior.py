@@ -35,8 +35,11 @@ def decode_context(workload_or_ev) -> float:
 
 
 def precision(candidate: Candidate, cc: tuple[int, int]) -> str:
-    """Which tensor peak bounds the candidate's matrix work: FP8 only where vLLM runs FP8 natively."""
+    """Which peak bounds the candidate's matrix work: FP8 only where vLLM runs FP8 natively, int8 dot
+    products for llama.cpp's quantized types, else FP16 (W4A16 and W8A16 kernels included)."""
     native = fact("vllm-fp8-native-cc").min_cc
+    if candidate.backend == "llamacpp":
+        return "int8"
     return "fp8" if candidate.backend == "vllm" and candidate.quantization == "fp8" and tuple(cc) >= native \
         else "fp16"
 
@@ -106,21 +109,29 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
         return Prior(_none("no figure in the evidence"), None, why, None)
     kv = kv_bytes_per_token(model, candidate.kv_cache_bytes)
     users, context = workload.users, decode_context(workload)
-    cards = gpus if split == "tensor parallel" else 1
+    # Tensor parallel shares the reads and the work where NVLink carries its all-reduces; over PCIe
+    # the write-up saw two cards decode slower than one (fact tp-over-pcie): counted as one card.
+    linked = (gpu.topology or gpu.interconnect) == "nvlink"
+    cards = gpus if split == "tensor parallel" and linked else 1
     kind = precision(candidate, gpu.compute_capability)
     mem = memory_s(peak, weights, kv, users, context) / cards
-    work = compute_s(peak, model.params_b, users, kind) / cards
+    work = compute_s(peak, model.params_b, users - 1, kind) / cards
     ceiling = 1 / (mem + work)
     prefill = compute_s(peak, model.params_b, workload.prompt_tokens, kind) / gpus * 1000
     read_gb = (weights + users * context * kv) / 1e9
-    tflop = 2 * model.params_b * 1e9 * users / 1e12
-    tensor = (peak.fp8_tflops if kind == "fp8" else peak.fp16_tflops)
-    on = f" on each of {gpus} cards (tensor parallel, ideal: the all-reduce is not counted)" if cards > 1 else ""
+    tflop = 2 * model.params_b * 1e9 * (users - 1) / 1e12
+    tensor = {"fp8": peak.fp8_tflops, "int8": peak.int8_tops}.get(kind) or peak.fp16_tflops
+    unit = "TOPS" if kind == "int8" and peak.int8_tops else "TFLOPS"
+    on = (f" on each of {gpus} cards (tensor parallel over NVLink, ideal: the all-reduce is not counted)"
+          if cards > 1 else " (tensor parallel over PCIe counted as one card: " + fact("tp-over-pcie").statement
+          + ")" if split == "tensor parallel" else "")
+    work_words = (f" and its {users - 1} further streams do {fmt(tflop)} T operations at {fmt(tensor)} {kind.upper()} "
+                  f"{unit}" if users > 1 else "")
     how = (f"at {users_str(users)} a decode step reads {fmt(read_gb)} GB (weights + {users_str(users)} x "
-           f"{fmt(context)} tokens of KV cache) at {fmt(peak.bandwidth_gbs)} GB/s and does {fmt(tflop)} TFLOP at "
-           f"{fmt(tensor)} {kind.upper()} TFLOPS{on} ({peak.name}, {peak.source})")
+           f"{fmt(context)} tokens of KV cache) at {fmt(peak.bandwidth_gbs)} GB/s{work_words}{on} ({peak.name}, "
+           f"{peak.source})")
     eff = efficiency(candidate.backend, gpu.compute_capability,
-                     measured_figures(candidate.backend, evidence, candidates))
+                     measured_figures(candidate.backend, evidence, candidates), gpu.name)
     if eff is None:
         return Prior(_none("no figure in the evidence"), ceiling,
                      f"{how[0].upper() + how[1:]}; no published or measured figure of this engine to fit its "
@@ -130,11 +141,13 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
     mid = math.sqrt(slow * fast)  # the band's geometric middle: its ends are ratios of one ceiling
     where = (f"on {eff.architecture} GPUs" if eff.same_architecture else
              f"on the GPUs it has figures for (fewer than two on {eff.architecture})")
-    figures = len({f.figures.id for f in eff.memory_figures + eff.batch_figures})
-    sentence = (f"{ESTIMATED}: {how}. The engine reaches {_share(*eff.e_mem)} of the bandwidth ceiling {where} and "
-                f"{_share(*eff.e_compute, 1)} of the tensor peak in batches ({figures} published or measured "
-                f"figures, listed with the estimate): {fmt(slow)} to {fmt(fast)} tok/s per stream.")
-    ids = tuple(dict.fromkeys(f.figures.id for f in eff.memory_figures + eff.batch_figures))
+    rests_on = tuple(dict.fromkeys(eff.memory_figures + (eff.batch_figures if users > 1 else ())))
+    figures = len({f.figures.id for f in rests_on})
+    batch = f" and {_share(*eff.e_compute, 1)} of the compute peak for each further stream" if users > 1 else ""
+    sentence = (f"{ESTIMATED}: {how}. The engine reaches {_share(*eff.e_mem)} of the bandwidth ceiling {where}{batch} "
+                f"({figures} published or measured figures, listed with the estimate): {fmt(slow)} to {fmt(fast)} "
+                f"tok/s per stream.")
+    ids = tuple(dict.fromkeys(f.figures.id for f in rests_on))
     short = f"{ESTIMATED}, from the GPU's bandwidth and tensor peak"
     metrics = {
         "decode_tok_s_p50": Predicted("decode_tok_s_p50", mid, "estimated", (users,), ids,
@@ -145,6 +158,6 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
         "tpot_ms_p50": Predicted("tpot_ms_p50", 1000 / mid, "estimated", (users,), ids,
                                  f"{short}: the inverse of the per-stream estimate", (1000 / fast, 1000 / slow)),
     }
-    sources = [f.words for f in dict.fromkeys(eff.memory_figures + eff.batch_figures)]
+    sources = [f.words for f in rests_on]
     sources += [f"Not used: {f.words}: {f.left_out}." for f in eff.left_out]
     return Prior(metrics, ceiling, sentence[0].upper() + sentence[1:], prefill, sources)

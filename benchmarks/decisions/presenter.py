@@ -184,6 +184,8 @@ def recipe_add_link(result: dict, candidate, launch: dict | None) -> str | None:
     if not launch or not launch.get("command"):
         return None
     words = shlex.split(launch["command"])
+    while words and "=" in words[0] and not words[0].startswith("-"):  # CUDA_VISIBLE_DEVICES=...: the lab
+        words.pop(0)  # gives a recipe's server its GPUs itself
     executable, args = words[0], words[1:]
     if executable == "vllm" and args[:1] == ["serve"]:  # `vllm serve MODEL`: the model is positional
         args = args[1:]
