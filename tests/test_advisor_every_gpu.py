@@ -269,3 +269,12 @@ def test_a_variant_of_a_card_gets_its_own_datasheet_row(name, bandwidth):
     from benchmarks.advisor.gpus import peak_of
     assert peak_of(name).bandwidth_gbs == bandwidth
     assert peak_of("NVIDIA GeForce RTX 4060") is None  # not listed: no sibling's figures instead
+
+
+def test_a_published_figure_read_at_its_level_is_labelled_published_not_measured():
+    rec = advise(gpu(*V100), Q7, Workload(users=1, prompt_tokens=512, output_tokens=100, context_tokens=8192),
+                 published_v100_evidence())
+    q4 = rec.candidate("llamacpp-q4_k_m")
+    assert q4.predicted["decode_tok_s_p50"].value == 56.0  # the write-up's figure at 1 user
+    assert q4.predicted["decode_tok_s_p50"].how == "published" and q4.priority_how == "published"
+    assert rec.to_dict()["ranked"][0]["predicted"]["decode_tok_s_p50"]["how"] == "published"

@@ -85,7 +85,7 @@ class CandidateResult:
     meets_targets: dict[str, TargetCheck]
     meets_all: bool | None  # True also when no target was set
     priority_value: float | None  # higher is better
-    priority_how: str  # "measured" | "interpolated" | "extrapolated" | "none" | "computed"
+    priority_how: str  # "measured" | "published" | "interpolated" | "extrapolated" | "none" | "computed"
     priority_text: str  # the priority value in words, with where it was read
     reasons: list[str]
     quality: QualityRead = field(default_factory=lambda: QualityRead("not measured"))

@@ -32,7 +32,8 @@ class EvidenceRef:
 class Predicted:
     metric: str
     value: float | None
-    how: str  # "measured" | "interpolated" | "derived" | "extrapolated" | "estimated" | "none"
+    how: str  # "measured" | "published" (read at the level) | "interpolated" | "derived" | "extrapolated" |
+    # "estimated" | "none"
     levels: tuple[int, ...]  # concurrency levels the value was read from
     evidence_ids: tuple[str, ...]
     note: str
@@ -88,7 +89,8 @@ def read_at(points: dict[int, Evidence], metric: str, users: int) -> Predicted:
         return Predicted(metric, None, "none", (), (), "no figure in the evidence")
     for c, ev in known:
         if c == users:
-            return Predicted(metric, getattr(ev, metric), "measured", (c,), (ev.id,),
+            return Predicted(metric, getattr(ev, metric), "published" if ev.kind == "published" else "measured",
+                             (c,), (ev.id,),
                              f"figure at {users_str(c)}")
     lo = [(c, ev) for c, ev in known if c < users]
     hi = [(c, ev) for c, ev in known if c > users]
