@@ -134,8 +134,7 @@ def test_the_prior_is_under_the_bandwidth_ceiling_and_labelled():
     # at batch 1, 570.67 tok/s over a batch of 8). Their shares of the bandwidth ceiling, worked out here:
     # 3090 Ti: 127.43 x (3.56 GiB + 64 tokens x 524288 B of KV) / 1008 GB/s
     ti = 127.43 * (3.56 * GIB + 64 * 524288) / 1008e9
-    # 3090: t = m/e_mem + (users - 1) x c/e_compute (one stream's own matrix work is in what a single
-    # stream shows): at batch 1 the share of the ceiling is m x 155.02 tok/s, m = bytes / 936 GB/s
+    # 3090: at batch 1 the share of the ceiling is m x 155.02 tok/s, m = bytes read / 936 GB/s
     m1 = (4.33 * GIB + 256 * 131072) / 936e9
     e_3090 = m1 * 155.02
     assert 0.45 < ti < 0.5 and 0.75 < e_3090 < 0.8

@@ -248,6 +248,23 @@ def test_the_commands_serve_prequantized_checkpoints_without_quantization():
         assert any(line.startswith("No --quantization:") and "awq_marlin" in line for line in launch.why)
 
 
+def test_vllm_s_batching_beats_llamacpp_s_at_many_users_and_the_batch_costs_are_the_published_ones():
+    # each further stream's cost as a share of a single stream's step, from the batched series: vLLM PR
+    # #23197 (H100, batch 1 and 16: 0.236 and 0.336 s for 32 tokens), this project's H200 llama-server
+    # run (247.4 and 71.5 tok/s per stream at 1 and 8 slots); the KV reads of 16 x 272 and 8 x 562 tokens
+    # are under 4 % of those steps, so the share is about (t_n / t_1 - 1) / (n - 1)
+    vllm_k = (0.336 / 0.236 - 1) / 15
+    llama_k = (247.4 / 71.5 - 1) / 7
+    assert 0.02 < vllm_k < 0.035 and 0.3 < llama_k < 0.36
+    # so at 64 users on an H100 vLLM's 4-bit weights give several times llama.cpp Q4_K_M's aggregate
+    rec = advise(gpu(*H100), Q7, Workload(users=64, prompt_tokens=512, output_tokens=100, context_tokens=4096,
+                                          priority="throughput"), [])
+    assert rec.recommended.startswith("vllm-")
+    awq, q4 = (rec.candidate(k).predicted["aggregate_tok_s"].value for k in ("vllm-awq", "llamacpp-q4_k_m"))
+    assert awq > 3 * q4
+    assert "each further stream adds" in rec.candidate("vllm-awq").estimate
+
+
 def test_fed_the_setup_a_figure_was_published_for_the_estimate_gives_that_figure_back():
     # llama.cpp PR #4766: a P40 decodes LLaMA 7B Q4_0 (3.56 GiB; 32 layers x 32 KV heads x 128) at 56.79 tok/s
     # in llama-bench's tg128 (one stream from an empty context: 64 tokens held on average)

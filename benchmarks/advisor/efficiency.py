@@ -4,19 +4,22 @@ maintainers (and this project) published: the physical prior's efficiencies.
 A decode step of U sequences takes, in this model,
 
     t(U) = (weight bytes + U x context x KV bytes per token) / bandwidth / e_mem
-         + (U - 1) x 2 x parameters / tensor peak / e_compute
+         + (U - 1) x k x (weight bytes / bandwidth / e_mem)
 
-the weights read once for the batch, each sequence's KV cache read for itself, the matrix work
-growing with the batch (each stream beyond the first: the first's is in what a single stream shows).
-`e_mem` (a share of the bandwidth ceiling) is what a single stream shows; `e_compute` (a share of the
-peak of the precision its matrix products use) is what each further stream adds. A series of figures
-at several batch sizes fits both (least squares, in 1/e); a single figure fits `e_mem` alone. The batch
-efficiencies come from the GPU's own architecture where there are any. A figure above its own bandwidth ceiling
-cannot be right as stated and is left out, said.
+and never less than the matrix work at the GPU's full peak (U x 2 x parameters / peak). `e_mem` (a
+share of the bandwidth ceiling) is what a single stream shows; `k` is what each further stream of
+the batch adds, as a share of a single stream's step: an engine's batching overhead (scheduling,
+sampling, attention launches, matrix products that grow with the batch) scales with how fast the
+GPU runs one stream, which is what the figures show across GPUs (llama-server's 8 slots cost 3.5x
+a single stream's step on an H200, vLLM's 16 sequences 1.4x on an H100). A series at several batch
+sizes fits `k` (least squares); a single figure fits `e_mem` alone. A figure above its own bandwidth
+ceiling cannot be right as stated and is left out, said.
 
 Each efficiency is kept per engine and GPU architecture: the prior uses the figures on the asked
-GPU's architecture where there are at least two, else every figure of the engine (and says so), and
-its band is the spread of those figures — never one figure stretched to every GPU.
+GPU's architecture where there are at least two (or one of this very GPU model), else every figure
+of the engine (and says so), and its band is the spread of those figures — never one figure
+stretched to every GPU. `k` comes from the engine's batched series (its own architecture's where
+there are any).
 """
 
 from __future__ import annotations
@@ -130,7 +133,7 @@ class Fitted:
     figures: DecodeFigures
     peak: GpuPeak
     e_mem: float
-    e_compute: float | None  # None: a single batch size, nothing to fit it on
+    k_batch: float | None  # None: a single batch size, nothing to fit it on
     left_out: str = ""  # why the figure is not used ("" = used)
 
     @property
@@ -140,7 +143,8 @@ class Fitted:
     @property
     def words(self) -> str:
         share = f"{self.e_mem * 100:.0f} %"
-        batch = f", {self.e_compute * 100:.1f} % of the tensor peak in batches" if self.e_compute else ""
+        batch = (f"; each further stream adds {self.k_batch * 100:.1f} % of a single stream's step"
+                 if self.k_batch is not None else "")
         speeds = ", ".join(f"{v:.0f} tok/s at {u}" for u, v in self.figures.points)
         return f"{self.figures.what} on {self.peak.name}: {speeds} ({share} of its ceiling{batch}; {self.figures.source})"
 
@@ -150,28 +154,17 @@ def fit(f: DecodeFigures) -> Fitted | None:
     peak = peak_of(f.gpu)
     if peak is None:
         return None
-    # One stream's own matrix work is part of what its figure shows (in e_mem); each further
-    # stream of the batch adds its own (e_compute).
-    rows = [(memory_s(peak, f.weight_bytes, f.kv_bytes_per_token, u, f.context),
-             compute_s(peak, f.params_b, u - 1, f.compute), 1 / v) for u, v in f.points]
-    m1, _, t1 = min(rows, key=lambda r: r[0])
-    if len(rows) == 1:
-        e_mem, e_compute = m1 / t1, None
-    else:  # least squares for t = m a + c b, a = 1/e_mem, b = 1/e_compute
-        smm = sum(m * m for m, c, t in rows)
-        scc = sum(c * c for m, c, t in rows)
-        smc = sum(m * c for m, c, t in rows)
-        smt = sum(m * t for m, c, t in rows)
-        sct = sum(c * t for m, c, t in rows)
-        det = smm * scc - smc * smc
-        a, b = (smt * scc - sct * smc) / det, (smm * sct - smc * smt) / det
-        if a > 0 and b > 0:
-            e_mem, e_compute = 1 / a, 1 / b
-        else:  # the batch added nothing measurable: the single stream's figure only
-            e_mem, e_compute = m1 / t1, None
+    points = dict(f.points)
+    first = min(points)
+    m1, t1 = memory_s(peak, f.weight_bytes, f.kv_bytes_per_token, first, f.context), 1 / points[first]
+    e_mem = m1 / t1
+    # t(u) / t1 = M(u) / M(1) + k (u - 1): k by least squares over the batched points
+    rows = [(u - first, 1 / v / t1 - memory_s(peak, f.weight_bytes, f.kv_bytes_per_token, u, f.context) / m1)
+            for u, v in f.points if u > first]
+    k = sum(x * y for x, y in rows) / sum(x * x for x, _ in rows) if rows else None
     left_out = ("above its own bandwidth ceiling: the figure or the model's size cannot be as stated"
                 if e_mem > 1 else "")
-    return Fitted(f, peak, e_mem, e_compute, left_out)
+    return Fitted(f, peak, e_mem, max(k, 0.0) if k is not None else None, left_out)
 
 
 @dataclass(frozen=True)
@@ -182,7 +175,7 @@ class Efficiency:
     architecture: str
     same_architecture: bool  # False: no figure on this architecture, every figure of the engine used
     e_mem: tuple[float, float]
-    e_compute: tuple[float, float]
+    k_batch: tuple[float, float]
     memory_figures: tuple[Fitted, ...]
     batch_figures: tuple[Fitted, ...]
     left_out: tuple[Fitted, ...]
@@ -203,10 +196,10 @@ def efficiency(engine: str, cc: tuple[int, int], extra: tuple[DecodeFigures, ...
     # One figure on an architecture is one setup's luck (or a lower bound): with fewer than two,
     # the band is the engine's whole spread, unless a figure is of this very GPU model.
     memory = here if len(here) >= MIN_FIGURES or any(r.peak == same_gpu for r in here) else used
-    batch = [r for r in used if r.e_compute is not None]
+    batch = [r for r in used if r.k_batch is not None]
     if not batch:
         return None
     batch = [r for r in batch if r.architecture == arch] or batch
-    mems, computes = [r.e_mem for r in memory], [r.e_compute for r in batch]
-    return Efficiency(engine, arch, memory is here, (min(mems), max(mems)), (min(computes), max(computes)),
+    mems, ks = [r.e_mem for r in memory], [r.k_batch for r in batch]
+    return Efficiency(engine, arch, memory is here, (min(mems), max(mems)), (min(ks), max(ks)),
                       tuple(memory), tuple(batch), tuple(r for r in fitted if r.left_out))

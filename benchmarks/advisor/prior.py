@@ -1,11 +1,11 @@
 """A physical prior for what nothing measured: a decode step's reads and matrix work against the
 GPU's datasheet bandwidth and tensor peak, at the efficiencies the engine reaches (efficiency.py).
 
-Every decode step reads the weights once (shared by the batch) and each sequence's KV cache, and
-does 2 x parameters FLOP per sequence; so a stream's speed falls as users grow, first slowly (the
-KV reads), then as the matrix work binds. Tensor parallel shares the reads and the work among the
-cards (ideally: the all-reduce is not counted); a layer split reads them one card after another, no
-faster than one card.
+Every decode step reads the weights once (shared by the batch) and each sequence's KV cache, each
+further sequence adds the engine's batching overhead, and no step is faster than its matrix work at
+the GPU's full peak; so a stream's speed falls as users grow. Tensor parallel over NVLink shares the
+reads and the work among the cards (ideally: the all-reduce is not counted); over PCIe, and in a
+layer split that reads them one card after another, it is no faster than one card.
 
 The efficiencies are fitted to published figures (the engines' maintainers' PRs and benchmarks,
 this project's own runs) and to the runs measured here on other GPUs; the estimate's band is their
@@ -115,18 +115,16 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
     cards = gpus if split == "tensor parallel" and linked else 1
     kind = precision(candidate, gpu.compute_capability)
     mem = memory_s(peak, weights, kv, users, context) / cards
-    work = compute_s(peak, model.params_b, users - 1, kind) / cards
-    ceiling = 1 / (mem + work)
+    ceiling = 1 / max(mem, compute_s(peak, model.params_b, users, kind) / cards)
     prefill = compute_s(peak, model.params_b, workload.prompt_tokens, kind) / gpus * 1000
     read_gb = (weights + users * context * kv) / 1e9
-    tflop = 2 * model.params_b * 1e9 * (users - 1) / 1e12
+    tflop = 2 * model.params_b * 1e9 * users / 1e12
     tensor = {"fp8": peak.fp8_tflops, "int8": peak.int8_tops}.get(kind) or peak.fp16_tflops
     unit = "TOPS" if kind == "int8" and peak.int8_tops else "TFLOPS"
     on = (f" on each of {gpus} cards (tensor parallel over NVLink, ideal: the all-reduce is not counted)"
           if cards > 1 else " (tensor parallel over PCIe counted as one card: " + fact("tp-over-pcie").statement
           + ")" if split == "tensor parallel" else "")
-    work_words = (f" and its {users - 1} further streams do {fmt(tflop)} T operations at {fmt(tensor)} {kind.upper()} "
-                  f"{unit}" if users > 1 else "")
+    work_words = f", and its {fmt(tflop)} T operations take at least their time at {fmt(tensor)} {kind.upper()} {unit}"
     how = (f"at {users_str(users)} a decode step reads {fmt(read_gb)} GB (weights + {users_str(users)} x "
            f"{fmt(context)} tokens of KV cache) at {fmt(peak.bandwidth_gbs)} GB/s{work_words}{on} ({peak.name}, "
            f"{peak.source})")
@@ -136,14 +134,19 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
         return Prior(_none("no figure in the evidence"), ceiling,
                      f"{how[0].upper() + how[1:]}; no published or measured figure of this engine to fit its "
                      f"efficiency on, so no estimate.", prefill)
-    slow = 1 / (mem / eff.e_mem[0] + work / eff.e_compute[0])
-    fast = 1 / (mem / eff.e_mem[1] + work / eff.e_compute[1])
+    weights_s = memory_s(peak, weights, 0.0, 0, 0) / cards
+    floor = compute_s(peak, model.params_b, users, kind) / cards  # the full peak: no step is faster
+
+    def speed(e_mem: float, k: float) -> float:
+        return 1 / max(mem / e_mem + (users - 1) * k * weights_s / e_mem, floor)
+
+    slow, fast = speed(eff.e_mem[0], eff.k_batch[1]), speed(eff.e_mem[1], eff.k_batch[0])
     mid = math.sqrt(slow * fast)  # the band's geometric middle: its ends are ratios of one ceiling
     where = (f"on {eff.architecture} GPUs" if eff.same_architecture else
              f"on the GPUs it has figures for (fewer than two on {eff.architecture})")
     rests_on = tuple(dict.fromkeys(eff.memory_figures + (eff.batch_figures if users > 1 else ())))
     figures = len({f.figures.id for f in rests_on})
-    batch = f" and {_share(*eff.e_compute, 1)} of the compute peak for each further stream" if users > 1 else ""
+    batch = f"; each further stream adds {_share(*eff.k_batch, 1)} of a single stream's step" if users > 1 else ""
     sentence = (f"{ESTIMATED}: {how}. The engine reaches {_share(*eff.e_mem)} of the bandwidth ceiling {where}{batch} "
                 f"({figures} published or measured figures, listed with the estimate): {fmt(slow)} to {fmt(fast)} "
                 f"tok/s per stream.")
