@@ -4,7 +4,7 @@ presets; the page in Chromium at 1366 px."""
 import pytest
 from django.urls import reverse
 
-from benchmarks.compare import sentence
+from benchmarks.compare import CONTENDED, sentence
 from benchmarks.engine.catalogue import Figure
 from benchmarks.engine.points import Point
 from benchmarks.forms import PRESETS, RunForm
@@ -146,8 +146,14 @@ def test_a_run_of_three_trials_shows_intervals_and_compares_by_significance(clie
     # The comparison: 500 against 100 tok/s per stream is far beyond the trials' noise.
     comparison = comparison_create(owner=None, runs=[run], reports=[])
     page = client.get(comparison.get_absolute_url()).content.decode()
-    assert "decodes" in page and "significant, Welch&#x27;s t-test at 5 %, n=3 and n=3 trials" in page
     points = {s["label"].split(" ")[0]: s["levels"] for s in comparison_series(comparison)}
+    # A level a contention flag marks (a loaded machine: the host, the client or a server busy) names no
+    # winner; every other level names the faster one, tested
+    contended = [bool(set(a.flags + b.flags) & set(CONTENDED)) for a, b in zip(points["fast"], points["slow"])]
+    if not all(contended):
+        assert "decodes" in page and "significant, Welch&#x27;s t-test at 5 %, n=3 and n=3 trials" in page
+    if any(contended):
+        assert "No winner named for" in page and "not comparable" in page
     assert points["fast"][0].trials == 3 and len(points["fast"][0].samples[DECODE.name]) == 3
     results = client.get(f"/api/v1/runs/{run.public_id}/results/").json()
     across = [a for a in results["across_trials"] if a["endpoint"] == "fast"]

@@ -202,7 +202,12 @@ def test_a_chat_run_against_a_reasoning_model_shows_the_first_answer_token(clien
     records = list(level.requests.order_by("index"))
     assert all(r.first_content == r.chunk_times[0] and r.first_answer == r.chunk_times[6] for r in records)
     gap = median((r.first_answer - r.first_content) * 1000 for r in records)
-    assert gap == pytest.approx(median((t["chunks"][6] - t["chunks"][0]) * 1000 for t in logged), abs=1)
+    # The simulator brackets each chunk's hand-over to the kernel (chunks_from[k] .. chunks[k]): each
+    # request's gap lies between the brackets' near and far ends, so the median between their medians
+    # (a busy machine may stall the simulator inside a bracket; 1 ms for the loopback's own delay)
+    near = median((t["chunks_from"][6] - t["chunks"][0]) * 1000 for t in logged)
+    far = median((t["chunks"][6] - t["chunks_from"][0]) * 1000 for t in logged)
+    assert near - 1 <= gap <= far + 1, (gap, near, far)
     assert level.summary["answer_ms"]["p50"] == pytest.approx(median(r.first_answer * 1000 for r in records))
     page = client.get(run.get_absolute_url()).content.decode()
     assert "First answer token" in page
