@@ -3,7 +3,7 @@
 # under var/, the web app on http://127.0.0.1:8000, one worker for the runs and one for the
 # schedules and alerts with Celery beat embedded (-B: scheduled runs, from the database). Ctrl-C
 # stops them all.
-# Team settings (PostgreSQL, Redis) come from the environment: see README.md.
+# Team settings (PostgreSQL, Redis) come from the environment: see docs/operating.md.
 # PORT (default 8000) moves the web app; WORKER_QUEUES (default "runs") the worker's queues.
 source "$(dirname "$0")/_venv.sh"
 ensure_venv requirements.txt
