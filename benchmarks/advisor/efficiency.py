@@ -122,8 +122,7 @@ def memory_s(peak: GpuPeak, weights: float, kv_per_token: float, users: int, con
 
 def compute_s(peak: GpuPeak, params_b: float, streams: int, precision: str = "fp16") -> float:
     """`streams` sequences' matrix work at the full peak of that precision: 2 FLOP per parameter each."""
-    tflops = {"fp8": peak.fp8_tflops, "int8": peak.int8_tops}.get(precision) or peak.fp16_tflops
-    return 2 * params_b * 1e9 * streams / (tflops * 1e12)
+    return 2 * params_b * 1e9 * streams / (peak.peak(precision) * 1e12)
 
 
 @dataclass(frozen=True)

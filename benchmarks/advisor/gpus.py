@@ -33,6 +33,11 @@ class GpuPeak:
     def architecture(self) -> str:
         return architecture(self.compute_capability)
 
+    def peak(self, precision: str) -> float:
+        """The throughput matrix products of this precision reach ("fp16" | "fp8" | "int8"), in
+        TFLOPS or TOPS; FP16's where the GPU has no such units."""
+        return {"fp8": self.fp8_tflops, "int8": self.int8_tops}.get(precision) or self.fp16_tflops
+
 
 def architecture(cc: tuple[int, int]) -> str:
     """NVIDIA's name for the generation of a compute capability."""

@@ -119,7 +119,7 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
     prefill = compute_s(peak, model.params_b, workload.prompt_tokens, kind) / gpus * 1000
     read_gb = (weights + users * context * kv) / 1e9
     tflop = 2 * model.params_b * 1e9 * users / 1e12
-    tensor = {"fp8": peak.fp8_tflops, "int8": peak.int8_tops}.get(kind) or peak.fp16_tflops
+    tensor = peak.peak(kind)
     unit = "TOPS" if kind == "int8" and peak.int8_tops else "TFLOPS"
     on = (f" on each of {gpus} cards (tensor parallel over NVLink, ideal: the all-reduce is not counted)"
           if cards > 1 else " (tensor parallel over PCIe counted as one card: " + fact("tp-over-pcie").statement
