@@ -106,3 +106,50 @@ def test_the_verdict_reasons_and_command_come_first_and_the_page_fits_1366_pixel
         widest: Math.max(...[...document.querySelectorAll('table, pre')].map(e => e.getBoundingClientRect().right))})""")
     assert widths["page"] <= widths["screen"] and widths["widest"] <= widths["screen"], widths
     assert page.js_errors == []
+
+
+def test_a_gpu_picked_from_the_table_gets_an_estimate_with_its_figures_and_the_page_fits_1366_pixels(
+        browser, live_server):
+    page = watched(browser.new_page(viewport={"width": 1366, "height": 768}))
+    log_in(page, live_server, "/decide/")
+    page.wait_for_selector("#decision-form")
+    # the GPU from the datasheet list, its compute capability and memory left blank
+    assert page.locator("#gpu-models option[value='H100 (SXM)']").count() == 1
+    for name, value in (("gpu_name", "H100 (SXM)"), ("users", "64"), ("prompt_tokens", "512"),
+                        ("output_tokens", "100"), ("context_tokens", "4096")):
+        page.fill(f"input[name={name}]", value)
+    page.check("input[name=priority][value=throughput]")
+    page.click("text=Recommend")
+    page.wait_for_selector("#recommendation")
+    assert page.locator("#recommendation").inner_text().startswith("Run vLLM")
+    assert "estimated" in page.locator("#confidence-why").inner_text()
+    for selector in ("#recommendation", "#why", "#launch-command"):
+        box = page.locator(selector).bounding_box()
+        assert box and box["y"] + box["height"] <= 768, (selector, box)
+    # the estimate's figures, folded in the recommended candidate's breakdown
+    chosen = page.locator("section[id^=candidate-]").first  # ranked: the recommended one first
+    chosen.locator("summary").first.click()
+    sources = chosen.locator("details.estimate-sources")
+    sources.locator("summary").click()
+    assert "PR #23197" in sources.inner_text()
+    if os.environ.get("DECISION_SCREENSHOTS"):
+        page.screenshot(path=os.environ["DECISION_SCREENSHOTS"].replace(".png", "-estimate.png"), full_page=True)
+    widths = page.evaluate("""() => ({page: document.documentElement.scrollWidth,
+        screen: document.documentElement.clientWidth,
+        widest: Math.max(...[...document.querySelectorAll('table, pre, ul')].map(e => e.getBoundingClientRect().right))})""")
+    assert widths["page"] <= widths["screen"] and widths["widest"] <= widths["screen"], widths
+    # nothing fits: the capacity answer, on the first screen
+    page.goto(live_server.url + "/decide/")
+    for name, value in (("gpu_name", "Tesla T4"), ("users", "1"), ("prompt_tokens", "512"), ("output_tokens", "100"),
+                        ("context_tokens", "4096")):
+        page.fill(f"input[name={name}]", value)
+    page.select_option("select[name=builtin_model]", "DeepSeek-R1-Distill-Qwen-32B")
+    page.click("text=Recommend")
+    page.wait_for_selector("#capacity")
+    assert page.locator("#recommendation").inner_text() == "No recommendation yet"
+    assert "2 of these GPUs would fit it" in page.locator("#capacity").inner_text()
+    box = page.locator("#capacity").bounding_box()
+    assert box["y"] + box["height"] <= 768 and box["x"] + box["width"] <= 1366
+    if os.environ.get("DECISION_SCREENSHOTS"):
+        page.screenshot(path=os.environ["DECISION_SCREENSHOTS"].replace(".png", "-capacity.png"))
+    assert page.js_errors == []

@@ -382,7 +382,8 @@ def _confidence(rec: CandidateResult | None, results: list[CandidateResult],
             return "medium", f"no comparable quality figures for {', '.join(others_unknown)}"
         return "high", "quality measured comparably for every candidate that can run here"
     if rec.priority_how == "estimated":
-        return "low", (f"estimated from the memory-bandwidth ceiling and efficiencies fitted on other runs, "
+        return "low", (f"estimated from the GPU's datasheet and the efficiencies the engine's published figures "
+                       f"show (see the figures it rests on), "
                        f"not measured for {rec.label} on this GPU")
     if rec.evidence_basis is None:
         return "low", f"nothing was measured or published for {rec.label} on this GPU"

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from .efficiency import DecodeFigures, Efficiency, compute_s, efficiency, memory_s
+from .efficiency import DecodeFigures, compute_s, efficiency, memory_s
 from .facts import BUILTIN_MODELS, Candidate, fact, fmt, start_check, users_str
 from .gpus import peak_of
 from .memory import kv_bytes_per_token, weight_bytes
