@@ -1,5 +1,4 @@
 import datetime
-import math
 import re
 
 from django import forms
@@ -7,13 +6,14 @@ from django.conf import settings
 
 from benchmarks import selectors
 from benchmarks.engine import arrivals as arrival_engine  # `arrivals` is the run's field
-from benchmarks.engine import backends, datasets
-from benchmarks.engine.conversations import MAX_TURNS, THINK_KINDS, Conversation
+from benchmarks.engine import backends, datasets, load_modes
+from benchmarks.engine.load_modes import span as _span
+from benchmarks.engine.conversations import MAX_TURNS
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
 from benchmarks.engine.launcher import format_value
-from benchmarks.engine.slo_search import max_probes, rate_grid
-from benchmarks.models import (MAX_TRIALS, SLO_SEARCH_LOW, Endpoint, EvaluationText, ImportedReport, Run, Schedule,
+from benchmarks.engine.load_modes.slo import LOWEST_USERS
+from benchmarks.models import (MAX_TRIALS, Endpoint, EvaluationText, ImportedReport, Run, Schedule,
                                ServerRecipe, Variant, email_list, validate_emails, validate_webhook_url)
 
 
@@ -192,7 +192,7 @@ class RunForm(forms.Form):
                                    help_text="Optional targets for goodput.")
     slo_tpot_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: TPOT (ms)")
     slo_e2e_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: E2E (ms)")
-    search_max_concurrency = forms.IntegerField(required=False, min_value=SLO_SEARCH_LOW, initial=64,
+    search_max_concurrency = forms.IntegerField(required=False, min_value=LOWEST_USERS, initial=64,
                                                 label="Highest concurrency to try",
                                                 help_text="SLO search: bisection from 1 up to this many concurrent "
                                                           "users, for the highest that stays within the SLOs above.")
@@ -278,29 +278,20 @@ class RunForm(forms.Form):
                                         max_value=QUALITY_WINDOWS[1], label="Quality windows",
                                         help_text="llama-perplexity's --chunks: at most this many windows of the text.")
 
-    # The fields of each load mode: the form shows only the chosen mode's (static/js/run_form.js),
-    # and of the arrivals, only those of the chosen kind.
-    LOAD_MODE_FIELDS = {"concurrency": ("concurrency_levels",),
-                        "rate": ("request_rates", "arrivals", "burstiness", "ramp_to", "trace_file", "trace_speedups",
-                                 "max_concurrency"),
-                        "conversation": ("concurrency_levels", "conversation_turns", "think_time_s", "think_time"),
-                        "slo": ("search_max_concurrency", "slo_percentile"),
-                        "slo_rate": ("search_min_rate", "search_max_rate", "search_rate_step", "slo_percentile",
-                                     "arrivals", "burstiness", "max_concurrency")}
-    SEARCH_ARRIVALS = ("poisson", "constant", "gamma")  # a search by rate sends each probe at one rate
+    # The fields of each load mode are its own (engine/load_modes): the form shows only the chosen
+    # mode's (static/js/run_form.js), and in a mode that sends at rates, only those of the arrivals.
     ARRIVAL_FIELDS = {"request_rates": ("poisson", "constant", "gamma", "ramp"), "burstiness": ("gamma", "ramp"),
                       "ramp_to": ("ramp",), "trace_file": ("trace",), "trace_speedups": ("trace",)}
-    PATTERN_FIELDS = ("burstiness", "ramp_to", "trace_file", "trace_speedups", "conversation_turns", "think_time_s",
-                      "think_time")
 
     def __init__(self, *args, upload_refused: str = "", **kwargs):
         """`upload_refused`: why the upload handler stopped receiving the file (uploads.py)."""
         super().__init__(*args, **kwargs)
         self.upload_refused = upload_refused
-        for mode, names in self.LOAD_MODE_FIELDS.items():
-            for name in names:
+        self.fields["load_mode"].choices = load_modes.choices()
+        for mode in load_modes.LOAD_MODES.values():
+            for name in mode.fields:
                 field = self.fields[name]
-                field.load_modes = getattr(field, "load_modes", ()) + (mode,)
+                field.load_modes = getattr(field, "load_modes", ()) + (mode.name,)
                 field.load_mode = " ".join(field.load_modes)
         for name, kinds in self.ARRIVAL_FIELDS.items():
             self.fields[name].arrival_kinds = " ".join(kinds)
@@ -409,7 +400,12 @@ class RunForm(forms.Form):
     def load_mode_value(self) -> str:
         """The load mode the form shows: the one sent, else the initial one."""
         value = self["load_mode"].value()
-        return value if value in self.LOAD_MODE_FIELDS else "concurrency"
+        return value if value in load_modes.LOAD_MODES else "concurrency"
+
+    @property
+    def rate_modes(self) -> str:
+        """The load modes whose fields of arrivals show only for their kinds (static/js/run_form.js)."""
+        return " ".join(m.name for m in load_modes.LOAD_MODES.values() if m.sends_at_rates)
 
     @property
     def arrivals_value(self) -> str:
@@ -423,7 +419,8 @@ class RunForm(forms.Form):
         if modes and self.load_mode_value not in modes:
             return True
         kinds = getattr(field.field, "arrival_kinds", "")
-        return bool(kinds) and self.load_mode_value == "rate" and self.arrivals_value not in kinds.split()
+        return bool(kinds) and load_modes.get(self.load_mode_value).sends_at_rates and \
+            self.arrivals_value not in kinds.split()
 
     def clean_trace_file(self) -> "arrival_engine.Trace | None":
         """The uploaded trace: UTF-8, within MAX_DATASET_MIB, every line a request (the first bad one named)."""
@@ -459,55 +456,25 @@ class RunForm(forms.Form):
                                         "per second.")
         return value
 
-    def _clean_pattern(self, data) -> None:
-        """`arrival_pattern` (rate mode) and `conversation` (conversation mode) from their fields,
-        which are dropped; the errors of fields the chosen mode does not show are dropped too."""
+    def _clean_load(self, data) -> None:
+        """The chosen load mode judges its fields and leaves run_create's load arguments in `data`
+        (engine/load_modes); the inputs of every mode are taken out, and the errors of the fields
+        the chosen mode does not show are dropped."""
         mode, kind = data.get("load_mode"), data.get("arrivals") or "poisson"
-        values = {name: data.pop(name, None) for name in self.PATTERN_FIELDS}
-        shown = {name for name in self.PATTERN_FIELDS + ("request_rates",) if self._shows(name, mode, kind)}
-        for name in set(self.PATTERN_FIELDS + ("request_rates",)) - shown:
-            self._errors.pop(name, None)
-        data["arrival_pattern"] = data["conversation"] = None
-        if mode == "slo_rate":
-            if kind not in self.SEARCH_ARRIVALS and "arrivals" not in self.errors:
-                self.add_error("arrivals", "An SLO search sends each probe at one steady rate: choose Poisson, "
-                                           "constant or gamma (bursty) arrivals; a ramp or a trace replay is a "
-                                           "request-rate run.")
-            data["arrival_pattern"] = arrival_engine.ArrivalPattern(
-                kind if kind in self.SEARCH_ARRIVALS else "poisson", burstiness=values["burstiness"] or 1.0)
-        if mode == "rate":
-            burstiness = values["burstiness"] or 1.0
-            if kind == "trace":
-                data["request_rates"] = []
-                if values["trace_file"] is None and "trace_file" not in self.errors:
-                    self.add_error("trace_file", "Upload the trace file (Mooncake JSONL or BurstGPT CSV), or choose "
-                                                 "other arrivals.")
-                if (data.get("dataset_source") or "synthetic") != "synthetic":
-                    self.add_error("dataset_source", "A trace replay sends the lengths of its trace as random tokens: "
-                                                     "choose random tokens, or other arrivals.")
-                if not values["trace_speedups"] and "trace_speedups" not in self.errors:
-                    self.add_error("trace_speedups", "Give at least one speed-up, e.g. 1.")
-                data["arrival_pattern"] = arrival_engine.ArrivalPattern(
-                    "trace", trace=values["trace_file"], speedups=tuple(values["trace_speedups"] or (1.0,)))
-                return
-            if kind == "ramp" and values["ramp_to"] is None and "ramp_to" not in self.errors:
-                self.add_error("ramp_to", "Give the rate the ramp ends at, e.g. 10.")
-            data["arrival_pattern"] = arrival_engine.ArrivalPattern(kind, burstiness=burstiness,
-                                                                    ramp_to=values["ramp_to"])
-        elif mode == "conversation":
-            if data.get("api") != "chat" and "api" not in self.errors:
-                self.add_error("api", "Conversations send their history as chat messages: choose "
-                                      "/v1/chat/completions.")
-            data["conversation"] = Conversation(turns=values["conversation_turns"] or 3,
-                                                think_s=values["think_time_s"] or 0.0,
-                                                think=values["think_time"] or "fixed")
+        names = {name for m in load_modes.LOAD_MODES.values() for name in m.inputs}
+        inputs = {name: data.pop(name, None) for name in names}
+        for name in {name for m in load_modes.LOAD_MODES.values() for name in m.fields}:
+            if not self._shows(name, mode, kind):
+                self._errors.pop(name, None)
+        if mode in load_modes.LOAD_MODES:  # else the choice's own error says so
+            load_modes.get(mode).clean(data, inputs, _FormProblems(self), load_limits())
 
     def _shows(self, name: str, mode, kind) -> bool:
         field = self.fields[name]
         if mode not in getattr(field, "load_modes", ()):
             return False
         kinds = getattr(field, "arrival_kinds", "")
-        return not kinds or kind in kinds.split()
+        return not kinds or not load_modes.get(mode).sends_at_rates or kind in kinds.split()
 
     @property
     def workload_fields(self):
@@ -548,28 +515,9 @@ class RunForm(forms.Form):
     def clean(self):
         data = super().clean()
         self._clean_quality(data)
-        mode = data.get("load_mode")
-        self._clean_pattern(data)
-        trace = data["arrival_pattern"] is not None and data["arrival_pattern"].kind == "trace"
-        if mode in ("concurrency", "conversation") and "concurrency_levels" in data and not data["concurrency_levels"]:
-            self.add_error("concurrency_levels", "Give at least one concurrency level, e.g. 1,8.")
-        if mode == "rate" and not trace and "request_rates" in data and not data["request_rates"]:
-            self.add_error("request_rates", "Give at least one request rate, e.g. 1,2.")
         data["trials"] = data.get("trials") or 1
         data["slo_percentile"] = data.get("slo_percentile") or 99
-        if mode in Run.SEARCH_MODES:
-            self._clean_search(data)
-        if mode != "slo":
-            data["search_max_concurrency"] = None
-        rate_fields = [data.pop(k, None) for k in ("search_min_rate", "search_max_rate", "search_rate_step")]
-        if mode == "slo_rate":
-            self._clean_rate_grid(data, *rate_fields)
-        else:
-            data["search_rates"] = []
-        if mode == "rate":
-            data["concurrency_levels"] = []
-        else:
-            data["request_rates"] = []
+        self._clean_load(data)
         servers = self._clean_sweep(data)
         if not data.get("endpoints") and not data.get("recipes") and "endpoints" not in self.errors:
             self.add_error("endpoints", "Choose at least one endpoint or server recipe.")
@@ -594,46 +542,6 @@ class RunForm(forms.Form):
                     f"Prompt plus output tokens ({prompt + output}{longest}, shared prefix included) exceed the "
                     f"limit of {settings.MAX_TOKENS}.")
         return data
-
-    def _clean_search(self, data) -> None:
-        """SLO search: a highest concurrency within the limit (by concurrency) and at least one
-        SLO to meet."""
-        data["concurrency_levels"] = []
-        # A search by rate has no highest concurrency to ask for (0: nothing to check).
-        high = data.get("search_max_concurrency") if data.get("load_mode") == "slo" else 0
-        if high is None and "search_max_concurrency" not in self.errors:
-            self.add_error("search_max_concurrency", "Give the highest concurrency to try, e.g. 64.")
-        elif high is not None and high > settings.MAX_CONCURRENCY:
-            self.add_error("search_max_concurrency",
-                           f"{high} is above the limit of {settings.MAX_CONCURRENCY} concurrent requests.")
-        if not any(data.get(k) for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms")) and not any(
-                k in self.errors for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms")):
-            self.add_error("slo_ttft_ms", "The SLO search needs a target to meet: give a TTFT, TPOT or E2E SLO.")
-
-    def _clean_rate_grid(self, data, low, high, step) -> None:
-        """SLO search by rate: the rates it may probe (engine.slo_search.rate_grid), within the
-        rate limits (the cap in flight is clean_max_concurrency's)."""
-        data["search_rates"] = []
-        if low is None and "search_min_rate" not in self.errors:
-            self.add_error("search_min_rate", "Give the lowest request rate to try, e.g. 0.5.")
-        if high is None and "search_max_rate" not in self.errors:
-            self.add_error("search_max_rate", "Give the highest request rate to try, e.g. 32.")
-        if low is None or high is None or any(k in self.errors for k in ("search_min_rate", "search_max_rate",
-                                                                          "search_rate_step")):
-            return
-        if low < settings.MIN_REQUEST_RATE:
-            self.add_error("search_min_rate", f"{low:g} req/s is below the lowest rate, {settings.MIN_REQUEST_RATE:g}.")
-            return
-        if high > settings.MAX_REQUEST_RATE:
-            self.add_error("search_max_rate", f"{high:g} req/s is above the limit of {settings.MAX_REQUEST_RATE:g}.")
-            return
-        if high <= low:
-            self.add_error("search_max_rate", f"The highest rate must be above the lowest ({low:g} req/s).")
-            return
-        try:
-            data["search_rates"] = list(rate_grid(low, high, step or 20.0))
-        except ValueError as exc:
-            self.add_error("search_rate_step", f"{str(exc)[0].upper()}{str(exc)[1:]}.")
 
     def clean_dataset_file(self) -> dict | None:
         """The uploaded JSONL as {"name", "entries"}: UTF-8, within MAX_DATASET_MIB, every line a prompt."""
@@ -727,74 +635,39 @@ class RunForm(forms.Form):
                     f"{QUALITY_MAX_POSITIONS:,}. Use fewer or smaller windows."))
 
     def _check_run_time(self, data) -> None:
-        """The run must be able to end within RUN_TIME_LIMIT_S: a rate level sends its last request
-        about (requests - 1) ÷ rate after its first (or stops at its duration), a concurrency level
-        lasts at most its duration; levels and endpoints run one after another."""
-        limit, n, duration = settings.RUN_TIME_LIMIT_S, data.get("requests_per_level"), data.get("duration_s")
-        endpoints = data.get("_measured") or 1  # endpoints and servers started from recipes
-        pattern = data.get("arrival_pattern")
-        trials = data.get("trials") or 1
-        of_trials = f" × {trials} trials" if trials > 1 else ""  # said only when there are several
-        if data.get("load_mode") == "rate" and pattern is not None and pattern.kind == "trace" and pattern.trace and n:
-            per_level = [min(arrival_engine.expected_span_s(pattern, None, n, s), duration or math.inf)
-                         for s in pattern.speedups]
-            total = endpoints * sum(per_level) * trials
-            if total > limit:
-                self.add_error("trace_speedups", (
-                    f"Replayed at ×{min(pattern.speedups):g}, the trace's first {min(n, len(pattern.trace.requests))} "
-                    f"requests take {_span(max(per_level))}; this run ({len(per_level)} level(s){of_trials} × "
-                    f"{endpoints} endpoint(s)) would take about {_span(total)}, above the run time limit of "
-                    f"{_span(limit)}. Speed it up, replay fewer requests per level or set a shorter duration."))
-        elif data.get("load_mode") == "rate" and data.get("request_rates") and n:
-            slowest = min(data["request_rates"])
-            if duration and n > 1 and slowest * duration < 1:
-                self.add_error("duration_s", (
-                    f"At {slowest:g} requests per second requests leave {_span(1 / slowest)} apart, so a "
-                    f"{_span(duration)} level would send only its first request: make rate × duration at least 1."))
-                return
-            pattern = pattern or arrival_engine.ArrivalPattern()
-            per_level = [min(arrival_engine.expected_span_s(pattern, rate, n), duration or math.inf)
-                         for rate in data["request_rates"]]
-            total = endpoints * sum(per_level) * trials
-            if total > limit:
-                self.add_error("request_rates", (
-                    f"At {slowest:g} requests per second, {n} requests take {_span(max(per_level))} per level; "
-                    f"this run ({len(per_level)} level(s){of_trials} × {endpoints} endpoint(s)) would take about "
-                    f"{_span(total)}, above the run time limit of {_span(limit)}. Raise the rates, send fewer "
-                    "requests per level or set a shorter duration."))
-        elif data.get("load_mode") == "conversation" and data.get("concurrency_levels") and n \
-                and data.get("conversation") and data["conversation"].think_s:
-            # A level's streams think (turns - 1) times per conversation, at least.
-            conversation = data["conversation"]
-            per_level = [min(math.ceil(n / conversation.turns / c) * (conversation.turns - 1) * conversation.think_s,
-                             duration or math.inf) for c in data["concurrency_levels"]]
-            total = endpoints * sum(per_level) * trials
-            if total > limit:
-                self.add_error("think_time_s", (
-                    f"With {_span(conversation.think_s)} of think time between turns, this run ({len(per_level)} "
-                    f"level(s){of_trials} × {endpoints} endpoint(s)) would take at least {_span(total)}, "
-                    f"above the run time limit of {_span(limit)}. Think less, send fewer requests per level or set a "
-                    "shorter duration."))
-        elif data.get("load_mode") == "slo_rate" and data.get("search_rates") and n:
-            # Bounded by every probe at the lowest rate: a probe at a higher rate is shorter.
-            pattern = data.get("arrival_pattern") or arrival_engine.ArrivalPattern()
-            lowest = data["search_rates"][0]
-            per_probe = min(arrival_engine.expected_span_s(pattern, lowest, n), duration or math.inf)
-            total = endpoints * _levels(data) * trials * per_probe
-            if total > limit:
-                self.add_error("search_min_rate", (
-                    f"At {lowest:g} requests per second, {n} requests take {_span(per_probe)}; a search of up to "
-                    f"{_levels(data)} probes{of_trials} × {endpoints} endpoint(s) could take {_span(total)}, above "
-                    f"the run time limit of {_span(limit)}. Start from a higher rate, send fewer requests per level "
-                    "or set a shorter duration."))
-        elif data.get("load_mode") in ("concurrency", "conversation", "slo") and _levels(data) and duration:
-            levels = _levels(data)
-            total = endpoints * levels * trials * duration
-            if total > limit:
-                self.add_error("duration_s", (
-                    f"{levels} level(s){of_trials} × {endpoints} endpoint(s) × {_span(duration)} could take "
-                    f"{_span(total)}, above "
-                    f"the run time limit of {_span(limit)}. Set a shorter duration or fewer levels."))
+        """The run must be able to end within RUN_TIME_LIMIT_S, as its load mode reckons it:
+        levels, trials and endpoints (servers started from recipes too) one after another."""
+        load = load_of(data)
+        problem = load and load.run_time_problem(data.get("requests_per_level"), data.get("duration_s"),
+                                                 data.get("trials") or 1, data.get("_measured") or 1,
+                                                 settings.RUN_TIME_LIMIT_S)
+        if problem:
+            self.add_error(*problem)
+
+
+class _FormProblems:
+    """A load mode's view of the run form: where it says what is wrong."""
+
+    def __init__(self, form: forms.Form):
+        self.form = form
+
+    def add(self, field: str, message: str) -> None:
+        self.form.add_error(field, message)
+
+    def has(self, field: str) -> bool:
+        return field in self.form.errors
+
+
+def load_limits() -> load_modes.Limits:
+    return load_modes.Limits(max_concurrency=settings.MAX_CONCURRENCY, min_rate=settings.MIN_REQUEST_RATE,
+                             max_rate=settings.MAX_REQUEST_RATE)
+
+
+def load_of(data) -> "load_modes.LoadMode | None":
+    """The typed load of run_create's arguments (a cleaned run form, a schedule's template)."""
+    if data.get("load_mode") not in load_modes.LOAD_MODES:
+        return None
+    return load_modes.from_arguments(data["load_mode"], **{k: data[k] for k in load_modes.ARGUMENTS if k in data})
 
 
 def evaluation_text_upload(f) -> dict:
@@ -810,18 +683,9 @@ def evaluation_text_upload(f) -> dict:
 
 
 def _levels(data) -> int:
-    """The levels one trial of the run measures on each endpoint: an SLO search's most probes, a
-    trace's speeds."""
-    if data.get("load_mode") == "slo":
-        high = data.get("search_max_concurrency")
-        return max_probes(SLO_SEARCH_LOW, high) if high else 0
-    if data.get("load_mode") == "slo_rate":
-        rates = data.get("search_rates")
-        return max_probes(0, len(rates) - 1) if rates else 0
-    pattern = data.get("arrival_pattern")
-    if data.get("load_mode") == "rate" and pattern is not None and pattern.kind == "trace":
-        return len(pattern.speedups)
-    return len(data.get("concurrency_levels") or data.get("request_rates") or [])
+    """The levels one trial of the run measures on each endpoint (an SLO search: its most probes)."""
+    load = load_of(data)
+    return load.level_count() if load else 0
 
 
 def _utf8_upload(f, limit_mib: int, what: str) -> str:
@@ -839,15 +703,6 @@ def _utf8_upload(f, limit_mib: int, what: str) -> str:
 
 _ASCII_INT = re.compile(r"[0-9]+")
 _ASCII_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
-
-
-def _span(seconds: float) -> str:
-    """A duration for messages: 40 s, 25 min, 6 h."""
-    if seconds < 120:
-        return f"{seconds:.3g} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.3g} min"
-    return f"{seconds / 3600:.3g} h"
 
 
 def _parts(raw: str) -> list[str]:

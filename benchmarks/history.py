@@ -36,10 +36,7 @@ def gpu_label(endpoint: Endpoint) -> str:
 
 def workload_shape(run: Run) -> dict:
     return {"api": run.api, "prompt_tokens": run.prompt_tokens, "output_tokens": run.output_tokens,
-            "temperature": run.temperature, "load_mode": run.load_mode,
-            "levels": run.request_rates if run.load_mode == "rate" else run.concurrency_levels,
-            "arrivals": run.arrivals if run.load_mode == "rate" else "",
-            "max_concurrency": run.max_concurrency if run.load_mode == "rate" else 0,
+            "temperature": run.temperature, "load_mode": run.load_mode, **run.load.comparable_shape(),
             "requests_per_level": run.requests_per_level, "duration_s": run.duration_s,
             "warmup_requests": run.warmup_requests, "dataset": run.dataset or {},
             "arrival_pattern": run.arrival_pattern or {}, "conversation": run.conversation or {}}

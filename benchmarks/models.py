@@ -12,11 +12,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
-from benchmarks.engine import backends, multi_gpu
+from benchmarks.engine import backends, load_modes, multi_gpu
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Target, Workload
 from benchmarks.engine.arrivals import ArrivalPattern
-from benchmarks.engine.conversations import Conversation
 from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary, Topology
@@ -488,7 +487,6 @@ class EvaluationText(models.Model):
 
 
 MAX_TRIALS = 10  # repetitions of each level (confidence intervals across them)
-SLO_SEARCH_LOW = 1  # an SLO search starts at one user
 
 
 class Run(models.Model):
@@ -512,11 +510,7 @@ class Run(models.Model):
     output_tokens = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     temperature = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(2.0)])
     api = models.CharField(max_length=20, choices=APIS, default="completions")
-    LOAD_MODES = [("concurrency", "concurrency sweep (closed loop)"), ("rate", "request rate (open loop)"),
-                  ("conversation", "multi-turn conversations (closed loop)"),
-                  ("slo", "find the load that meets my SLO (closed loop)"),
-                  ("slo_rate", "find the request rate that meets my SLO (open loop)")]
-    SEARCH_MODES = ("slo", "slo_rate")
+    LOAD_MODES = load_modes.choices()
     ARRIVALS = [("poisson", "Poisson"), ("constant", "constant"), ("gamma", "gamma (bursty)"),
                 ("ramp", "linear ramp"), ("trace", "trace replay")]
     load_mode = models.CharField(max_length=20, choices=LOAD_MODES, default="concurrency")
@@ -655,68 +649,43 @@ class Run(models.Model):
 
     @property
     def arrival_settings(self) -> ArrivalPattern:
-        """How the rate levels send (the one reader of `arrival_pattern`)."""
-        return ArrivalPattern.from_dict(self.arrival_pattern, self.arrivals)
+        """How its levels are sent, in a mode that sends at rates (else Poisson, unused)."""
+        return self.load.arguments()["arrival_pattern"] or ArrivalPattern()
 
-    @property
-    def conversation_settings(self) -> Conversation | None:
-        """The conversations of conversation mode (the one reader of `conversation`)."""
-        return Conversation.from_dict(self.conversation) if self.load_mode == "conversation" else None
+    @cached_property
+    def load(self) -> load_modes.LoadMode:
+        """What its load mode measures, typed (engine/load_modes): the one reader of the load
+        columns (load_mode, concurrency_levels, request_rates, arrivals, arrival_pattern,
+        conversation, max_concurrency, search_rates)."""
+        return load_modes.from_columns(self.load_mode, {k: getattr(self, k) for k in load_modes.COLUMNS})
 
     def loads(self) -> list[Load]:
         """The run's load levels, in order (engine.client.Load); an SLO search has none fixed:
         its levels are `search_load`s, found as it goes."""
-        if self.is_search:
-            return []
-        n, duration = self.requests_per_level, self.duration_s
-        if self.load_mode == "rate":
-            pattern = self.arrival_settings
-            if pattern.kind == "trace":
-                trace = pattern.trace
-                return [Load(concurrency=self.max_concurrency, rate=trace.mean_rate(n, s), arrivals="trace",
-                             requests=n, duration_s=duration, trace=trace, speedup=s) for s in pattern.speedups]
-            return [Load(concurrency=self.max_concurrency, rate=r, arrivals=pattern.kind, requests=n,
-                         duration_s=duration, burstiness=pattern.burstiness, ramp_to=pattern.ramp_to)
-                    for r in self.request_rates]
-        return [Load(concurrency=c, requests=n, duration_s=duration, conversation=self.conversation_settings)
-                for c in self.concurrency_levels]
-
-    @property
-    def search_max_concurrency(self) -> int | None:
-        """An SLO search's highest concurrency (run_create's argument), None in other modes."""
-        return self.max_concurrency if self.load_mode == "slo" else None
+        return self.load.loads(self.requests_per_level, self.duration_s)
 
     @property
     def is_search(self) -> bool:
-        return self.load_mode in self.SEARCH_MODES
+        return self.load.is_search
 
     def search_load(self, load: float) -> Load:
-        """An SLO search's probe as a level: `load` users, or `load` req/s sent as the run's
-        arrivals say (capped at max_concurrency in flight, 0 = no cap)."""
-        if self.load_mode == "slo_rate":
-            pattern = self.arrival_settings
-            return Load(concurrency=self.max_concurrency, rate=load, arrivals=pattern.kind,
-                        requests=self.requests_per_level, duration_s=self.duration_s, burstiness=pattern.burstiness)
-        return Load(concurrency=int(load), requests=self.requests_per_level, duration_s=self.duration_s)
+        """An SLO search's probe as a level: `load` users, or `load` req/s."""
+        return self.load.probe(load, self.requests_per_level, self.duration_s)
 
     def probe_load(self, level: "LevelResult") -> float:
-        """The load a stored SLO-search probe was measured at: its rate in a search by rate,
-        else its users."""
-        return level.rate if self.load_mode == "slo_rate" else level.concurrency
+        """The load a stored SLO-search probe was measured at (its users, or its rate)."""
+        return self.load.probe_load(level.concurrency, level.rate)
 
     def widest_search_load(self) -> Load:
         """An SLO search's heaviest probe (what the connection pool is sized for)."""
-        return self.search_load(self.search_rates[-1] if self.load_mode == "slo_rate" and self.search_rates
-                                else self.max_concurrency)
+        return self.load.widest_probe(self.requests_per_level, self.duration_s)
 
     @property
     def slo_target(self) -> SloTarget:
         return SloTarget(self.slo_percentile, **self.slo)
 
     def new_search(self) -> SloSearch:
-        if self.load_mode == "slo_rate":
-            return SloSearch(target=self.slo_target, rates=tuple(self.search_rates))
-        return SloSearch(target=self.slo_target, low=SLO_SEARCH_LOW, high=max(self.max_concurrency, SLO_SEARCH_LOW))
+        return self.load.new_search(self.slo_target)
 
     def searches(self) -> dict[str, SloSearch]:
         """Endpoint id (as stored) -> its SLO search, through the one reader."""
@@ -741,28 +710,7 @@ class Run(models.Model):
     @property
     def levels_label(self) -> str:
         trials = f" × {self.trials} trials" if self.trials > 1 else ""
-        if self.load_mode == "slo":
-            return f"SLO search c={SLO_SEARCH_LOW}..{self.max_concurrency}{trials}"
-        if self.load_mode == "slo_rate":
-            rates = self.search_rates or [0]
-            cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
-            return (f"SLO search {rates[0]:g}..{rates[-1]:g} req/s {self.arrival_settings.describe()}{cap}"
-                    f"{trials}")
-        return self._levels_words + trials
-
-    @property
-    def _levels_words(self) -> str:
-        if self.load_mode == "rate":
-            cap = f", cap {self.max_concurrency}" if self.max_concurrency else ""
-            pattern = self.arrival_settings
-            if pattern.kind == "trace":
-                return pattern.describe() + cap
-            if pattern.kind == "ramp":
-                return f"ramp from {', '.join(f'{r:g}' for r in self.request_rates)} to {pattern.ramp_to:g} req/s{cap}"
-            return f"{', '.join(f'{r:g}' for r in self.request_rates)} req/s {pattern.describe()}{cap}"
-        levels = "c=" + ",".join(str(c) for c in self.concurrency_levels)
-        conversation = self.conversation_settings
-        return f"{levels}, {conversation.label}" if conversation else levels
+        return self.load.describe() + trials
 
     def claim(self, worker: str = "") -> bool:
         """queued -> running (or a running run whose worker stopped beating), atomically: only

@@ -58,13 +58,12 @@ def run_template(**kwargs) -> dict:
 
 def template_from_run(run: Run) -> dict:
     """The template that queues `run` again, as it was submitted."""
+    load = run.load.arguments()
     return run_template(
-        **{k: getattr(run, k) for k in PLAIN},
+        **{k: getattr(run, k) for k in PLAIN if k not in load}, **load,
         endpoints=list(run.endpoints.filter(recipe__isnull=True)), recipes=list(run.recipes.all()),
         quality_text=run.quality_text, quality_reference=run.quality_reference,
-        dataset=run.requests_dataset if run.dataset else None,
-        arrival_pattern=run.arrival_settings if run.load_mode in ("rate", "slo_rate") else None,
-        conversation=run.conversation_settings)
+        dataset=run.requests_dataset if run.dataset else None)
 
 
 def template_kwargs(template: dict) -> dict:

@@ -171,7 +171,7 @@ def run_levels(run: Run) -> list[LevelResult]:
 
 
 def _shows(metric, run: Run) -> bool:
-    return {"": True, "chat": run.api == "chat", "slo": bool(run.slo), "schedule": run.load_mode in ("rate", "slo_rate")}[metric.needs]
+    return {"": True, "chat": run.api == "chat", "slo": bool(run.slo), "schedule": run.load.sends_at_rates}[metric.needs]
 
 
 def level_groups(levels: list[LevelResult]) -> list[list[LevelResult]]:
@@ -345,7 +345,7 @@ def run_ttft_by_turn(run: Run) -> list[dict]:
     """Conversation mode: per endpoint and level, TTFT (ms) by turn over its completed requests,
     formatted with the catalogue's decimals: [{"level", "turns": [{"turn" (1 = the first),
     "count", "p50", "p90", "p99"}]}]."""
-    if run.load_mode != "conversation":
+    if run.load.arguments()["conversation"] is None:
         return []
     by_level = run_results_by_level(run)
     out = []
@@ -450,7 +450,7 @@ def run_definitions(run: Run) -> list:
     """The run page's "How each number is defined": the catalogue's entries, the quality figures
     only for a run with a quality step, the start-up ones only for a run that started servers."""
     launches = run.launches.exists()
-    notes = [n for n, shown in ((ACROSS_TRIALS, run.trials > 1), (SLO_SEARCH, run.load_mode == "slo")) if shown]
+    notes = [n for n, shown in ((ACROSS_TRIALS, run.trials > 1), (SLO_SEARCH, run.is_search)) if shown]
     return notes + [d for d in definitions() if (d.source != "quality" or run.quality)
                     and (d.source != "launch" or launches)]
 
@@ -771,6 +771,10 @@ STORED_SHAPES = {"summary": LevelSummary, "gpu_summary": GpuSummary, "gpu_series
                  "server_summary": ServerSummary, "server_series": ServerSeries, "client": ClientFigures}
 
 
+def _conversation(conversation) -> dict | None:
+    return conversation.to_dict() if conversation else None
+
+
 def _stored(level: LevelResult, field: str) -> dict:
     """A level's stored field, read by its reader and written by its writer: an export holds the
     newest version of it whatever version the row was stored in. Nothing stored stays {}."""
@@ -827,7 +831,7 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
             "request_rates", "arrivals", "max_concurrency", "requests_per_level", "duration_s",
             "warmup_requests", "seed", "load_processes", "load_workers", "trials", "slo_percentile")} | {
                 "slo": run.slo, "arrival_pattern": run.arrival_settings.to_dict(),
-                "conversation": run.conversation_settings.to_dict() if run.conversation_settings else None},
+                "conversation": _conversation(run.load.arguments()["conversation"])},
         "slo_search": {name: search.to_dict() for name, search in _searches_by_name(run, run_endpoints).items()},
         "flags": run.flags, "endpoints": endpoints, "quality": quality_export(run, hide_addresses=hide_addresses),
         "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "trial": lv.trial,

@@ -32,7 +32,7 @@ from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
 from benchmarks import loadgen
-from benchmarks.engine import shards
+from benchmarks.engine import load_modes, shards
 from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
 from benchmarks.engine.server_metrics import ServerSummary, server_identity
 from benchmarks.engine.slo_search import SloSearch, max_probes
@@ -69,19 +69,14 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
     flag -> values; all allowed values for a recipe not in it), and measured as an endpoint is.
     `arrival_pattern`: how rate levels send (a trace replay has one level per speed-up);
     `conversation`: the sessions of conversation mode; `schedule`: the schedule whose firing queues
-    it (schedules.schedule_fire). Every level is measured `trials` times. Load mode "slo" searches
-    concurrencies from 1 to `search_max_concurrency` for the highest within the SLOs at
-    `slo_percentile`; "slo_rate" the `search_rates` (engine.slo_search.rate_grid), sent as
-    `arrivals` with `max_concurrency` as the cap."""
-    levels = request_rates if load_mode == "rate" else concurrency_levels
-    pattern = arrival_pattern or ArrivalPattern(arrivals)
-    if load_mode == "rate" and pattern.kind == "trace":
-        levels, request_rates = pattern.speedups, []
-    if load_mode == "slo":
-        max_concurrency = search_max_concurrency or 1
-        levels = range(max_probes(1, max_concurrency))
-    if load_mode == "slo_rate":
-        levels = range(max_probes(0, len(search_rates) - 1))
+    it (schedules.schedule_fire). Every level is measured `trials` times. The load arguments
+    (`load_mode` and those it reads: engine/load_modes) are stored by their mode; an SLO search
+    holds to its SLOs at `slo_percentile`."""
+    load = load_modes.from_arguments(
+        load_mode, concurrency_levels=concurrency_levels, request_rates=request_rates, arrivals=arrivals,
+        arrival_pattern=arrival_pattern, conversation=conversation, max_concurrency=max_concurrency,
+        search_max_concurrency=search_max_concurrency, search_rates=search_rates).columns()
+    levels = load_modes.from_columns(load_mode, load).level_count()
     recipes = list(recipes)
     sweep = {str(k): v for k, v in (sweep or {}).items()}
     with transaction.atomic():
@@ -92,16 +87,8 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             quality_text = quality_reference = None
         run = Run.objects.create(
             owner=owner, title=title, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-            temperature=temperature, load_mode=load_mode,
-            concurrency_levels=sorted(set(concurrency_levels)) if load_mode in ("concurrency", "conversation") else [],
-            trials=trials, slo_percentile=slo_percentile,
-            request_rates=sorted(set(request_rates)) if load_mode == "rate" else [],
-            arrivals=pattern.kind,
-            arrival_pattern=pattern.to_dict() if load_mode in ("rate", "slo_rate") and pattern.kind not in (
-                "poisson", "constant") else {},
-            search_rates=list(search_rates) if load_mode == "slo_rate" else [],
-            conversation=conversation.to_dict() if load_mode == "conversation" and conversation else {},
-            max_concurrency=max_concurrency or 0, duration_s=duration_s,
+            temperature=temperature, load_mode=load_mode, **load, trials=trials, slo_percentile=slo_percentile,
+            duration_s=duration_s,
             requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
             load_processes=load_processes or 0, load_workers=load_workers or 0,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
@@ -109,7 +96,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
             quality=quality, quality_text=quality_text, quality_reference=quality_reference,
             quality_ctx=quality_ctx, quality_chunks=quality_chunks,
             progress_total=len(endpoints) * _measured_per_endpoint(
-                len(set(levels)) * trials, requests_per_level, quality, quality_ctx, quality_chunks),
+                levels * trials, requests_per_level, quality, quality_ctx, quality_chunks),
             queue_name=queue_for(endpoints, recipes), sweep=sweep, schedule=schedule,
         )
         run.endpoints.set(endpoints)
@@ -117,7 +104,7 @@ def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_toke
         launches = lab_services.launches_create(run=run, recipes=recipes, sweep=sweep)
         if launches:
             Run.objects.filter(id=run.id).update(progress_total=models.F("progress_total") + len(launches) * (
-                _measured_per_endpoint(len(set(levels)) * trials, requests_per_level, quality, quality_ctx,
+                _measured_per_endpoint(levels * trials, requests_per_level, quality, quality_ctx,
                                        quality_chunks)))
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run

@@ -71,13 +71,15 @@ DATASET = {'name': '',
  'output_lengths': {'mean': 8, 'spread': 0.0, 'distribution': 'fixed'},
  'prompt_lengths': {'mean': 64, 'spread': 0.0, 'distribution': 'fixed'}}
 
+# The concurrency case stored its form's hidden arrivals ('gamma') and cap (5) before; a mode now
+# stores only what it reads (neither was ever read for a concurrency sweep, nor part of its fingerprint).
 PINNED = {'concurrency': {'columns': {'load_mode': 'concurrency',
                              'concurrency_levels': [1, 2, 8],
                              'request_rates': [],
-                             'arrivals': 'gamma',
+                             'arrivals': 'poisson',
                              'arrival_pattern': {},
                              'conversation': {},
-                             'max_concurrency': 5,
+                             'max_concurrency': 0,
                              'search_rates': []},
                  'label': 'c=1,2,8',
                  'progress_total': 9,

@@ -17,7 +17,7 @@ from benchmarks.advisor import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, DEF
                                 published_v100_quality)
 from benchmarks.advisor.launches import parse_version
 from benchmarks.advisor.performance import gpu_key, model_key
-from benchmarks.engine import multi_gpu
+from benchmarks.engine import load_modes, multi_gpu
 from benchmarks.engine.catalogue import ADVISOR_FIGURES
 from benchmarks.engine.points import QualityPoint
 from benchmarks.models import (Decision, Endpoint, Gpu, Host, LevelResult, Model, QualityMeasurement, Run,
@@ -183,7 +183,7 @@ def slo_capacity_from_db(*, limit: int = SEARCH_LIMIT) -> list[dict]:
     targets, the targets, and what it ran on (GPU, the candidate its backend and variant are, the
     lengths). A rate's row adds the requests it had in flight on average at that rate (Little's
     law on its measured figures: request throughput × mean E2E, the mean across trials)."""
-    runs = list(Run.objects.filter(status__in=Run.FINISHED, load_mode__in=Run.SEARCH_MODES).exclude(slo_search={})
+    runs = list(Run.objects.filter(status__in=Run.FINISHED, load_mode__in=load_modes.search_names()).exclude(slo_search={})
                 .order_by("-created")[:limit])
     ids = {int(k) for run in runs for k in run.slo_search if str(k).isdigit()}
     endpoints = {e.id: e for e in Endpoint.objects.filter(id__in=ids).select_related("variant", "host")
