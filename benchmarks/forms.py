@@ -8,11 +8,9 @@ from benchmarks import selectors
 from benchmarks.engine import arrivals as arrival_engine  # `arrivals` is the run's field
 from benchmarks.engine import backends, datasets, load_modes
 from benchmarks.engine.load_modes import span as _span
-from benchmarks.engine.conversations import MAX_TURNS
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
 from benchmarks.engine.launcher import format_value
-from benchmarks.engine.load_modes.slo import LOWEST_USERS
 from benchmarks.models import (MAX_TRIALS, Endpoint, EvaluationText, ImportedReport, Run, Schedule,
                                ServerRecipe, Variant, email_list, validate_emails, validate_webhook_url)
 
@@ -148,7 +146,7 @@ class RunForm(forms.Form):
     output_tokens = forms.IntegerField(initial=100, min_value=1, help_text="Forced with ignore_eos.")
     temperature = forms.FloatField(initial=0.7, min_value=0.0, max_value=2.0)
     api = forms.ChoiceField(choices=Run.APIS, initial="completions", label="API")
-    load_mode = forms.ChoiceField(choices=Run.LOAD_MODES, initial="concurrency", widget=forms.RadioSelect)
+    load_mode = forms.ChoiceField(choices=Run.LOAD_MODES, initial=load_modes.DEFAULT, widget=forms.RadioSelect)
     concurrency_levels = TextField(initial="1,8", required=False, max_length=500,
                                          help_text="Concurrency sweep: comma-separated, e.g. 1,8,16.")
     request_rates = TextField(required=False, label="Request rates", max_length=500,
@@ -174,16 +172,6 @@ class RunForm(forms.Form):
                                help_text="One level per speed-up, e.g. 1,2: the trace's times divided by it.")
     max_concurrency = forms.IntegerField(required=False, min_value=0, label="Concurrency cap",
                                          help_text="Request rate mode: most requests in flight (blank = no cap).")
-    conversation_turns = forms.IntegerField(required=False, initial=3, min_value=2, max_value=MAX_TURNS,
-                                            label="Turns per conversation",
-                                            help_text="Each turn sends the history (earlier messages and the "
-                                                      "server's actual replies) and a new message; the levels above "
-                                                      "are concurrent conversations, the requests per level count "
-                                                      "turns. Prompt caching stays on.")
-    think_time_s = forms.FloatField(required=False, initial=0.0, min_value=0.0, max_value=600.0,
-                                    label="Think time (s)", help_text="Between a reply and the next turn.")
-    think_time = forms.ChoiceField(choices=[("fixed", "fixed"), ("exponential", "exponential, of that mean (seeded)")],
-                                   initial="fixed", required=False, label="Think time drawn")
     requests_per_level = forms.IntegerField(initial=16, min_value=1,
                                             help_text="Requests measured per level (an upper bound with a duration).")
     duration_s = forms.FloatField(required=False, min_value=1, max_value=86400, label="Duration per level (s)",
@@ -192,19 +180,6 @@ class RunForm(forms.Form):
                                    help_text="Optional targets for goodput.")
     slo_tpot_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: TPOT (ms)")
     slo_e2e_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: E2E (ms)")
-    search_max_concurrency = forms.IntegerField(required=False, min_value=LOWEST_USERS, initial=64,
-                                                label="Highest concurrency to try",
-                                                help_text="SLO search: bisection from 1 up to this many concurrent "
-                                                          "users, for the highest that stays within the SLOs above.")
-    search_min_rate = forms.FloatField(required=False, min_value=0.01, initial=0.5, label="Lowest rate to try (req/s)",
-                                       help_text="SLO search by rate: the search starts here; if this rate misses the "
-                                                 "SLOs, nothing higher is tried.")
-    search_max_rate = forms.FloatField(required=False, min_value=0.01, initial=32, label="Highest rate to try (req/s)")
-    search_rate_step = forms.FloatField(required=False, min_value=1, max_value=100, initial=20,
-                                        label="Rate step (%)",
-                                        help_text="The rates tried are each this much above the last, so the answer "
-                                                  "is known to within it: the rate found meets the SLOs and the next "
-                                                  "one up misses them. Bisection measures only a few of them.")
     slo_percentile = forms.TypedChoiceField(choices=[(50, "p50"), (90, "p90"), (99, "p99")], coerce=int, initial=99,
                                             required=False, label="SLO percentile",
                                             help_text="SLO search: the SLOs hold for this percentile of each "
@@ -288,6 +263,7 @@ class RunForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.upload_refused = upload_refused
         self.fields["load_mode"].choices = load_modes.choices()
+        self.fields = with_mode_fields(self.fields)
         for mode in load_modes.LOAD_MODES.values():
             for name in mode.fields:
                 field = self.fields[name]
@@ -400,7 +376,7 @@ class RunForm(forms.Form):
     def load_mode_value(self) -> str:
         """The load mode the form shows: the one sent, else the initial one."""
         value = self["load_mode"].value()
-        return value if value in load_modes.LOAD_MODES else "concurrency"
+        return value if value in load_modes.LOAD_MODES else load_modes.DEFAULT
 
     @property
     def rate_modes(self) -> str:
@@ -643,6 +619,30 @@ class RunForm(forms.Form):
                                                  settings.RUN_TIME_LIMIT_S)
         if problem:
             self.add_error(*problem)
+
+
+# Where the fields a load mode owns go: its load fields after the cap, its search's after the SLOs.
+MODE_FIELDS_AFTER = {"load": "max_concurrency", "slo": "slo_e2e_ms"}
+
+
+def with_mode_fields(fields: dict) -> dict:
+    """`fields` with every registered load mode's own fields (engine/load_modes) in their places."""
+    out = {}
+    for name, field in fields.items():
+        out[name] = field
+        for beside, after in MODE_FIELDS_AFTER.items():
+            if name == after:
+                out.update({n: mode_field(spec) for m in load_modes.LOAD_MODES.values()
+                            for n, spec in m.own_fields.items() if spec.beside == beside})
+    return out
+
+
+def mode_field(spec: load_modes.FieldSpec) -> forms.Field:
+    common = {"required": False, "label": spec.label, "help_text": spec.help_text, "initial": spec.initial}
+    if spec.kind == "choice":
+        return forms.ChoiceField(choices=spec.choices, **common)
+    bounds = {"min_value": spec.min_value, "max_value": spec.max_value}
+    return (forms.IntegerField if spec.kind == "int" else forms.FloatField)(**bounds, **common)
 
 
 class _FormProblems:

@@ -513,7 +513,7 @@ class Run(models.Model):
     LOAD_MODES = load_modes.choices()
     ARRIVALS = [("poisson", "Poisson"), ("constant", "constant"), ("gamma", "gamma (bursty)"),
                 ("ramp", "linear ramp"), ("trace", "trace replay")]
-    load_mode = models.CharField(max_length=20, choices=LOAD_MODES, default="concurrency")
+    load_mode = models.CharField(max_length=20, choices=LOAD_MODES, default=load_modes.DEFAULT)
     concurrency_levels = models.JSONField(default=list, blank=True)
     request_rates = models.JSONField(default=list, blank=True)  # requests/s, rate mode
     arrivals = models.CharField(max_length=20, choices=ARRIVALS, default="poisson")

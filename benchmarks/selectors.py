@@ -24,6 +24,8 @@ from benchmarks.engine.catalogue import (ACROSS_TRIALS, GPU_SIDE_BY_SIDE, METRIC
                                          Figure, definitions, figure)
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
 from benchmarks.engine.client_figures import ClientFigures
+from benchmarks.engine.load_modes.concurrency import ConcurrencySweep
+from benchmarks.engine.load_modes.rate import RateSweep
 from benchmarks.engine.datasets import histogram
 from benchmarks.engine.gpu import GpuSeries, GpuSummary
 from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value, ttft_by_turn
@@ -629,7 +631,7 @@ def report_series(report) -> dict:
             "fingerprint": fingerprint(prompt_tokens=first and first.prompt_tokens,
                                        output_tokens=first and first.output_tokens,
                                        temperature=meta.get("temperature"), api=meta.get("api"),
-                                       load_mode="rate" if data.rate_mode else "concurrency",
+                                       load_mode=(RateSweep if data.rate_mode else ConcurrencySweep).name,
                                        gpu=report.gpu or data.gpu, gpu_count=1),
             "levels": data.points()}
 

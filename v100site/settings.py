@@ -202,6 +202,9 @@ CELERY_TASK_IGNORE_RESULT = True
 # Their results come back through the result backend (Redis: the broker's, unless set).
 LOADGEN_QUEUE = os.environ.get("LOADGEN_QUEUE", "")
 LOADGEN_START_LEAD_S = float(os.environ.get("LOADGEN_START_LEAD_S", "5"))
+# Load modes of a site's own (benchmarks/engine/load_modes/base.py), each "module.path:ClassName",
+# comma-separated: registered beside the built-in ones in the web app and every worker.
+LOAD_MODES_EXTRA = [m.strip() for m in os.environ.get("LOAD_MODES_EXTRA", "").split(",") if m.strip()]
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else None)
 # Route each run to its host's queue (a worker per GPU host). Off on one machine, where one

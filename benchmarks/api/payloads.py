@@ -8,7 +8,7 @@ from __future__ import annotations
 from django import forms
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from benchmarks.forms import RunForm
+from benchmarks.forms import RunForm, with_mode_fields
 from benchmarks.models import Endpoint
 
 # Fields that take several values; a list is joined with commas for the form's text fields.
@@ -24,8 +24,7 @@ class RunPayloadError(Exception):
 def api_fields(form: RunForm | None = None) -> dict[str, forms.Field]:
     """The run form's fields a JSON body can set: its declared ones, or with `form` also those it
     adds per recipe (the sweep values, `sweep_<recipe id>_<n>`)."""
-    fields = form.fields if form is not None else RunForm.base_fields
-    return dict(fields)
+    return dict(form.fields if form is not None else with_mode_fields(RunForm.base_fields))
 
 
 def _file(name: str, value) -> SimpleUploadedFile:

@@ -18,6 +18,7 @@ from benchmarks.advisor import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, DEF
 from benchmarks.advisor.launches import parse_version
 from benchmarks.advisor.performance import gpu_key, model_key
 from benchmarks.engine import load_modes, multi_gpu
+from benchmarks.engine.load_modes.concurrency import ConcurrencySweep
 from benchmarks.engine.catalogue import ADVISOR_FIGURES
 from benchmarks.engine.points import QualityPoint
 from benchmarks.models import (Decision, Endpoint, Gpu, Host, LevelResult, Model, QualityMeasurement, Run,
@@ -119,7 +120,7 @@ class EvidenceList(list):
 
 def _measured_levels() -> QuerySet[LevelResult]:
     """Levels of finished runs in concurrency mode that completed at least one request."""
-    return LevelResult.objects.filter(run__status__in=Run.FINISHED, run__load_mode="concurrency",
+    return LevelResult.objects.filter(run__status__in=Run.FINISHED, run__load_mode=ConcurrencySweep.name,
                                       rate__isnull=True, concurrency__gte=1, completed__gt=0)
 
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import (ARGUMENTS, COLUMNS, LOAD_MODES, Limits, LoadArguments, LoadMode, Problems, SearchMode, UnknownLoadMode, choices,
+from .base import (ARGUMENTS, COLUMNS, LOAD_MODES, FieldSpec, Limits, LoadArguments, LoadMode, Problems, SearchMode, UnknownLoadMode, choices,
                    from_arguments, from_columns, get, names, register, search_names, span, unregister)
 
-__all__ = ["ARGUMENTS", "COLUMNS", "LOAD_MODES", "Limits", "LoadArguments", "LoadMode", "Problems", "SearchMode", "UnknownLoadMode",
+__all__ = ["ARGUMENTS", "COLUMNS", "DEFAULT", "LOAD_MODES", "FieldSpec", "Limits", "LoadArguments", "LoadMode", "Problems", "SearchMode", "UnknownLoadMode",
            "choices", "from_arguments", "from_columns", "get", "names", "register", "search_names", "span", "unregister"]
 
+DEFAULT = "concurrency"  # the mode a run form starts on, and of runs stored before modes were chosen
 # The order the run form offers them in.
 for _name in ("concurrency", "rate", "conversation", "slo", "slo_rate"):
     importlib.import_module(f"{__name__}.{_name}")

@@ -62,6 +62,21 @@ EMPTY_ARGUMENTS = {"concurrency_levels": [], "request_rates": [], "search_rates"
                    "arrival_pattern": None, "conversation": None}
 
 
+@dataclass(frozen=True)
+class FieldSpec:
+    """A run-form field a mode owns: the run form, the API and its schema build theirs from it.
+    Blank is allowed (None): the mode's `clean` says when it needs a value."""
+
+    kind: str  # "int", "float" or "choice"
+    label: str
+    help_text: str = ""
+    initial: object = None
+    min_value: float | None = None
+    max_value: float | None = None
+    choices: tuple[tuple[str, str], ...] = ()
+    beside: str = "load"  # where the form shows it: "load" with the load's fields, "slo" after the SLOs
+
+
 class Problems(Protocol):
     """Where a mode says what is wrong with its fields (the run form, or a schedule's firing)."""
 
@@ -77,6 +92,7 @@ class LoadMode:
     name: ClassVar[str] = ""  # stored in Run.load_mode: at most 20 characters
     label: ClassVar[str] = ""  # the choice in the run form
     fields: ClassVar[tuple[str, ...]] = ()  # the run-form fields it shows
+    own_fields: ClassVar[dict[str, FieldSpec]] = {}  # of those, the ones no other part of the form has
     inputs: ClassVar[tuple[str, ...]] = ()  # of those, the ones it turns into its settings (not stored as such)
     is_search: ClassVar[bool] = False  # an SLO search: its levels are probes found as it goes
     sends_at_rates: ClassVar[bool] = False  # its levels are sent at request rates (their lateness is measured)
@@ -216,7 +232,8 @@ def get(name: str) -> type[LoadMode]:
     try:
         return LOAD_MODES[name]
     except KeyError:
-        raise UnknownLoadMode(name) from None
+        raise UnknownLoadMode(f"no load mode {name!r} is registered here (a site's own are named in "
+                              "LOAD_MODES_EXTRA, alike for the web app and every worker)") from None
 
 
 def choices() -> list[tuple[str, str]]:

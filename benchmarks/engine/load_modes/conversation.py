@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 
 from ..client import Load
-from ..conversations import Conversation
-from .base import EMPTY_COLUMNS, LoadArguments, over_limit, register, shorter, span
+from ..conversations import MAX_TURNS, Conversation
+from .base import EMPTY_COLUMNS, FieldSpec, LoadArguments, over_limit, register, shorter, span
 from .concurrency import ConcurrencySweep
 
 
@@ -18,6 +18,17 @@ class Conversations(ConcurrencySweep):
     label = "multi-turn conversations (closed loop)"
     fields = ("concurrency_levels", "conversation_turns", "think_time_s", "think_time")
     inputs = ("conversation_turns", "think_time_s", "think_time")
+    own_fields = {
+        "conversation_turns": FieldSpec(
+            "int", "Turns per conversation", initial=3, min_value=2, max_value=MAX_TURNS,
+            help_text="Each turn sends the history (earlier messages and the server's actual replies) and a new "
+                      "message; the levels above are concurrent conversations, the requests per level count turns. "
+                      "Prompt caching stays on."),
+        "think_time_s": FieldSpec("float", "Think time (s)", initial=0.0, min_value=0.0, max_value=600.0,
+                                  help_text="Between a reply and the next turn."),
+        "think_time": FieldSpec("choice", "Think time drawn", initial="fixed", choices=(
+            ("fixed", "fixed"), ("exponential", "exponential, of that mean (seeded)"))),
+    }
 
     conversation: Conversation | None = None
 

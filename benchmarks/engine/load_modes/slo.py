@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..client import Load
 from ..slo_search import SloSearch, max_probes
-from .base import EMPTY_COLUMNS, LoadArguments, SearchMode, register
+from .base import EMPTY_COLUMNS, FieldSpec, LoadArguments, SearchMode, register
 
 LOWEST_USERS = 1  # a search by concurrency starts at one user
 
@@ -17,6 +17,10 @@ class SloSearchByUsers(SearchMode):
     name = "slo"
     label = "find the load that meets my SLO (closed loop)"
     fields = ("search_max_concurrency", "slo_percentile")
+    own_fields = {"search_max_concurrency": FieldSpec(
+        "int", "Highest concurrency to try", initial=64, min_value=LOWEST_USERS, beside="slo",
+        help_text="SLO search: bisection from 1 up to this many concurrent users, for the highest that stays "
+                  "within the SLOs above.")}
 
     high: int = LOWEST_USERS  # the most concurrent users it may try
 

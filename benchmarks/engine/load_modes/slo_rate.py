@@ -8,11 +8,11 @@ from .. import arrivals as arrival_engine
 from ..arrivals import ArrivalPattern
 from ..client import Load
 from ..slo_search import SloSearch, max_probes, rate_grid
-from .base import EMPTY_COLUMNS, LoadArguments, SearchMode, capped, of_trials, register, shorter, span
+from .base import EMPTY_COLUMNS, FieldSpec, LoadArguments, SearchMode, capped, of_trials, register, shorter, span
 from .rate import pattern_columns
 
 STEADY_ARRIVALS = ("poisson", "constant", "gamma")  # a probe is sent at one rate
-DEFAULT_STEP_PCT = 20.0
+DEFAULT_STEP_PCT = 20
 
 
 @register
@@ -23,6 +23,19 @@ class SloSearchByRate(SearchMode):
     fields = ("search_min_rate", "search_max_rate", "search_rate_step", "slo_percentile", "arrivals", "burstiness",
               "max_concurrency")
     inputs = ("search_min_rate", "search_max_rate", "search_rate_step", "burstiness")
+    own_fields = {
+        "search_min_rate": FieldSpec(
+            "float", "Lowest rate to try (req/s)", initial=0.5, min_value=0.01, beside="slo",
+            help_text="SLO search by rate: the search starts here; if this rate misses the SLOs, nothing higher is "
+                      "tried."),
+        "search_max_rate": FieldSpec("float", "Highest rate to try (req/s)", initial=32, min_value=0.01,
+                                     beside="slo"),
+        "search_rate_step": FieldSpec(
+            "float", "Rate step (%)", initial=DEFAULT_STEP_PCT, min_value=1, max_value=100, beside="slo",
+            help_text="The rates tried are each this much above the last, so the answer is known to within it: the "
+                      "rate found meets the SLOs and the next one up misses them. Bisection measures only a few of "
+                      "them."),
+    }
     sends_at_rates = True
 
     rates: tuple[float, ...] = ()  # the grid it may probe, lowest first (slo_search.rate_grid)
