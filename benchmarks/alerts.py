@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 
+from celery import current_app
 from django.conf import settings
+from django.dispatch import receiver
 from django.core.mail import send_mail
 from django.db import transaction
 from django.urls import reverse
@@ -14,9 +16,20 @@ from django.utils import timezone
 
 from benchmarks.engine import webhooks
 from benchmarks.engine.regression import RegressionReport
+from benchmarks.services import run_finished_signal
 from benchmarks.models import AlertDelivery, Endpoint, Run, email_list, webhook_addresses
 
 log = logging.getLogger(__name__)
+
+
+DELIVER_TASK = "benchmarks.alert_deliver"  # tasks.py's, sent by name (tasks imports this module)
+
+
+@receiver(run_finished_signal)
+def alerts_for_finished_run(sender, run: Run, **kwargs) -> None:
+    report = run.regression_report
+    if report is not None and report.regressed:
+        alerts_create(run=run, report=report)
 
 
 def alerts_create(*, run: Run, report: RegressionReport) -> list[AlertDelivery]:
@@ -45,9 +58,7 @@ def alerts_create(*, run: Run, report: RegressionReport) -> list[AlertDelivery]:
 
 
 def _enqueue(delivery: AlertDelivery) -> None:
-    from benchmarks.tasks import alert_deliver_task  # tasks imports this module
-
-    alert_deliver_task.apply_async((delivery.id,), queue=settings.HOUSEKEEPING_QUEUE)
+    current_app.send_task(DELIVER_TASK, (delivery.id,), queue=settings.HOUSEKEEPING_QUEUE)
 
 
 def _url(path: str) -> str:

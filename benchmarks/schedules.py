@@ -10,6 +10,7 @@ import logging
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.dispatch import receiver
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
@@ -225,6 +226,12 @@ def schedule_fire(*, schedule_id: int) -> Run | None:
         log.warning("schedule %s could not queue a run: %s", schedule.public_id, " ".join(exc.messages))
         schedule_failure(schedule=schedule, why=f"could not queue a run: {' '.join(exc.messages)}")
         return None
+
+
+@receiver(services.run_finished_signal)
+def schedule_of_finished_run(sender, run: Run, **kwargs) -> None:
+    if run.schedule_id:
+        schedule_run_finished(run=run)
 
 
 def schedule_run_finished(*, run: Run) -> None:

@@ -12,12 +12,14 @@ from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import Callable
 
 import httpx
+from celery import current_app
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import close_old_connections, connection, models, transaction
 from django.db.models import Q
+from django.dispatch import Signal
 from django.utils import timezone
 
 from benchmarks import history
@@ -130,14 +132,19 @@ def _check_runs_in_flight(owner) -> None:
             f"{settings.MAX_RUNS_IN_FLIGHT}); wait for one to finish or cancel one.", code="runs_in_flight")
 
 
+# The tasks services send, by name: tasks.py calls services, never the other way round.
+RUN_TASK = "benchmarks.run_execute"
+PROBE_TASK = "benchmarks.host_probe"
+# Sent with a run's final status (`run`), after it is stored: its schedule and its alerts listen.
+run_finished_signal = Signal()
+
+
 def run_enqueue(*, run: Run) -> None:
     """Send a run to its queue: the one way a run reaches a worker (a new run once its
     transaction has committed, and the sweeper's re-sends). Sending twice is harmless: a run
     can only be claimed once at a time."""
-    from benchmarks.tasks import run_execute_task  # tasks imports this module
-
     Run.objects.filter(id=run.id).update(enqueued_at=timezone.now())
-    run_execute_task.apply_async((run.id,), queue=run.queue_name or settings.CELERY_TASK_DEFAULT_QUEUE)
+    current_app.send_task(RUN_TASK, (run.id,), queue=run.queue_name or settings.CELERY_TASK_DEFAULT_QUEUE)
 
 
 def queue_for(endpoints: list[Endpoint], recipes=()) -> str:
@@ -670,17 +677,12 @@ def _finish(run: Run, status: str, error: str = "") -> None:
 
 
 def run_finished(*, run: Run) -> None:
-    """After a run's final status: its schedule's failure count, and alerts of its regressions."""
-    from benchmarks import alerts, schedules  # both import this module
-
-    try:
-        if run.schedule_id:
-            schedules.schedule_run_finished(run=run)
-        report = run.regression_report
-        if report is not None and report.regressed:
-            alerts.alerts_create(run=run, report=report)
-    except Exception:  # the run is finished and stored whatever happens here
-        log.exception("after finishing run %s", run.id)
+    """After a run's final status: its listeners (its schedule's failure count, alerts of its
+    regressions), each on its own: the run is finished and stored whatever happens there."""
+    for receiver, outcome in run_finished_signal.send_robust(sender=Run, run=run):
+        if isinstance(outcome, Exception):
+            log.error("after finishing run %s, %s failed", run.id, getattr(receiver, "__qualname__", receiver),
+                      exc_info=outcome)
 
 
 # ---------------------------------------------------------------- imported reports
@@ -782,11 +784,9 @@ def host_probe_here(*, host_name: str):
 def host_probe_request(*, hosts) -> int:
     """Ask each host's own worker (on its host queue) to probe its GPUs; the results land in
     the inventory when it has. Returns how many hosts were asked."""
-    from benchmarks.tasks import host_probe_task  # tasks imports this module
-
     hosts = list(hosts)
     for host in hosts:
-        host_probe_task.apply_async((host.name,), queue=host.queue_name)
+        current_app.send_task(PROBE_TASK, (host.name,), queue=host.queue_name)
     return len(hosts)
 
 

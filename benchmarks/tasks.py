@@ -13,18 +13,18 @@ from benchmarks.lab import services as lab_services
 log = logging.getLogger(__name__)
 
 
-@shared_task(name="benchmarks.run_execute")
+@shared_task(name=services.RUN_TASK)
 def run_execute_task(run_id: int) -> None:
     services.run_execute(run_id=run_id, worker=run_execute_task.request.hostname or "")
 
 
-@shared_task(name="benchmarks.schedule_fire")
+@shared_task(name=schedules.FIRE_TASK)
 def schedule_fire_task(schedule_id: int) -> None:
     """Sent by Celery beat (django-celery-beat's PeriodicTask of the schedule)."""
     schedules.schedule_fire(schedule_id=schedule_id)
 
 
-@shared_task(bind=True, name="benchmarks.alert_deliver")
+@shared_task(bind=True, name=alerts.DELIVER_TASK)
 def alert_deliver_task(self, delivery_id: int) -> None:
     """One try; again after ALERT_RETRY_BACKOFF_S, then twice and four times as long..., until
     delivered or ALERT_ATTEMPTS tries were made (each recorded on the delivery)."""
@@ -33,7 +33,7 @@ def alert_deliver_task(self, delivery_id: int) -> None:
         raise self.retry(countdown=settings.ALERT_RETRY_BACKOFF_S * 2 ** self.request.retries, max_retries=tries - 1)
 
 
-@shared_task(name="benchmarks.host_probe")
+@shared_task(name=services.PROBE_TASK)
 def host_probe_task(host_name: str) -> None:
     """Sent to a host's queue, so the worker on that host probes its own GPUs."""
     if settings.WORKER_HOST != host_name:

@@ -82,8 +82,8 @@ def test_an_api_key_is_never_rendered(client):
 
 
 def test_one_user_cannot_queue_more_than_the_runs_in_flight_limit(client, settings, monkeypatch):
-    from benchmarks import tasks
-    monkeypatch.setattr(tasks.run_execute_task, "apply_async", lambda *a, **k: None)
+    from benchmarks import services
+    monkeypatch.setattr(services, "run_enqueue", lambda **k: None)
     settings.MAX_RUNS_IN_FLIGHT = 2
     e = endpoint()
     client.force_login(user())
