@@ -24,6 +24,7 @@ from benchmarks.engine.catalogue import (ACROSS_TRIALS, GPU_SIDE_BY_SIDE, METRIC
                                          Figure, definitions, figure)
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
 from benchmarks.engine.client_figures import ClientFigures
+from benchmarks.engine import load_modes
 from benchmarks.engine.load_modes.concurrency import ConcurrencySweep
 from benchmarks.engine.load_modes.rate import RateSweep
 from benchmarks.engine.datasets import histogram
@@ -148,8 +149,7 @@ def runs_picked(public_ids, *, limit: int) -> list[Run]:
         return []
     rows = {r.public_id: r for r in Run.objects.filter(public_id__in=ids).prefetch_related(
         Prefetch("endpoints", queryset=Endpoint.objects.only("id", "name").order_by("name"))).only(
-        "id", "public_id", "title", "created", "status", "load_mode", "concurrency_levels", "request_rates",
-        "arrivals", "max_concurrency", "trials")}
+        "id", "public_id", "title", "created", "status", "load_mode", *load_modes.COLUMNS, "trials")}
     return [rows[p] for p in ids if p in rows]
 
 
