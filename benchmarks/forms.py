@@ -11,6 +11,7 @@ from benchmarks.engine.load_modes import span as _span
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
 from benchmarks.engine.launcher import format_value
+from benchmarks.engine.plan import RunPlan
 from benchmarks.models import (MAX_TRIALS, Endpoint, EvaluationText, ImportedReport, Run, Schedule,
                                ServerRecipe, Variant, email_list, validate_emails, validate_webhook_url)
 
@@ -609,6 +610,11 @@ class RunForm(forms.Form):
                 self.add_error("quality_chunks", (
                     f"{chunks} windows of {ctx} tokens score {positions:,} positions per endpoint; the limit is "
                     f"{QUALITY_MAX_POSITIONS:,}. Use fewer or smaller windows."))
+
+    def run_arguments(self) -> dict:
+        """run_create's arguments from the cleaned form: the plan, and the rows it runs on."""
+        plan, rows = RunPlan.split(self.cleaned_data)
+        return {"plan": plan, **rows}
 
     def _check_run_time(self, data) -> None:
         """The run must be able to end within RUN_TIME_LIMIT_S, as its load mode reckons it:

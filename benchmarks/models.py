@@ -22,6 +22,7 @@ from benchmarks.engine.gpu import GpuSummary, Topology
 from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, LaunchReport, ServerSpec, env_name_problem,
                                         mask_env, parse_gpus, setting_label)
 from benchmarks.engine.metrics import LevelSummary
+from benchmarks.engine.plan import RunPlan
 from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX, EvalText, builtin_text, scored_positions
 from benchmarks.engine.quality import QualityResult as QualityFigures
 from benchmarks.engine.regression import RegressionReport
@@ -651,6 +652,12 @@ class Run(models.Model):
     def arrival_settings(self) -> ArrivalPattern:
         """How its levels are sent, in a mode that sends at rates (else Poisson, unused)."""
         return self.load.arguments()["arrival_pattern"] or ArrivalPattern()
+
+    @cached_property
+    def plan(self) -> RunPlan:
+        """What it measures, typed (engine/plan.py): the one reader of the columns run_create
+        wrote from the plan it was given."""
+        return RunPlan.from_columns(self)
 
     @cached_property
     def load(self) -> load_modes.LoadMode:

@@ -15,62 +15,41 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from benchmarks import selectors, services
-from benchmarks.engine.arrivals import ArrivalPattern
-from benchmarks.engine.conversations import Conversation
-from benchmarks.engine.datasets import Dataset
-from benchmarks.forms import RunForm, _levels  # the run form's own limits, judged again as a schedule fires
+from benchmarks.engine.plan import RunPlan
 from benchmarks.models import Endpoint, EvaluationText, RequestRecord, Run, Schedule, ServerRecipe
 
 log = logging.getLogger(__name__)
 
-TEMPLATE_VERSION = 1
 FIRE_TASK = "benchmarks.schedule_fire"
-# run_create's arguments that are plain JSON values, kept as they are.
-PLAIN = ("title", "prompt_tokens", "output_tokens", "temperature", "requests_per_level", "warmup_requests",
-         "load_mode", "concurrency_levels", "request_rates", "arrivals", "max_concurrency", "duration_s", "api",
-         "seed", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms", "quality", "quality_ctx", "quality_chunks", "sweep",
-         "trials", "slo_percentile", "search_max_concurrency", "search_rates")
 
 
 # ---------------------------------------------------------------- the template (one writer, one reader)
-def run_template(**kwargs) -> dict:
-    """What a schedule keeps of a run: run_create's arguments (the run form's cleaned data), rows
-    by id, the dataset by its own writer. An uploaded evaluation text is stored first (as the run
-    service does) and kept by id."""
-    if kwargs.get("quality_upload") and kwargs.get("quality"):
-        owner = kwargs.get("owner")
-        kwargs["quality_text"] = services.evaluation_text_store(owner=owner, **kwargs["quality_upload"])
-    dataset = kwargs.get("dataset")
-    template = {k: kwargs.get(k) for k in PLAIN if k in kwargs}
-    for k in ("concurrency_levels", "request_rates"):
-        if k in template:
-            template[k] = list(template[k] or [])
-    template.update(
-        version=TEMPLATE_VERSION,
-        endpoints=[e.id for e in kwargs.get("endpoints") or []],
-        recipes=[r.id for r in kwargs.get("recipes") or []],
-        quality_text=kwargs["quality_text"].id if kwargs.get("quality_text") else None,
-        quality_reference=kwargs["quality_reference"].id if kwargs.get("quality_reference") else None,
-        dataset=dataset.to_dict() if isinstance(dataset, Dataset) else None,
-        arrival_pattern=kwargs["arrival_pattern"].to_dict() if kwargs.get("arrival_pattern") else None,
-        conversation=kwargs["conversation"].to_dict() if kwargs.get("conversation") else None)
-    return template
+def run_template(*, plan: RunPlan, endpoints=(), recipes=(), title: str = "", quality_text=None,
+                 quality_reference=None, quality_upload: dict | None = None, owner=None) -> dict:
+    """What a schedule keeps of a run: the plan's stored shape (engine/plan.py, versioned) and
+    the rows it runs on by id. An uploaded evaluation text is stored first (as the run service
+    does) and kept by id."""
+    if quality_upload and plan.quality.on:
+        quality_text = services.evaluation_text_store(owner=owner, **quality_upload)
+    return {**plan.to_dict(), "title": title, "endpoints": [e.id for e in endpoints], "recipes": [r.id for r in recipes],
+            "quality_text": quality_text.id if quality_text else None,
+            "quality_reference": quality_reference.id if quality_reference else None}
 
 
 def template_from_run(run: Run) -> dict:
     """The template that queues `run` again, as it was submitted."""
-    load = run.load.arguments()
-    return run_template(
-        **{k: getattr(run, k) for k in PLAIN if k not in load}, **load,
-        endpoints=list(run.endpoints.filter(recipe__isnull=True)), recipes=list(run.recipes.all()),
-        quality_text=run.quality_text, quality_reference=run.quality_reference,
-        dataset=run.requests_dataset if run.dataset else None)
+    return run_template(plan=run.plan, title=run.title, endpoints=list(run.endpoints.filter(recipe__isnull=True)),
+                        recipes=list(run.recipes.all()), quality_text=run.quality_text,
+                        quality_reference=run.quality_reference)
 
 
 def template_kwargs(template: dict) -> dict:
     """run_create's arguments from a stored template. Raises ValidationError when what it names
-    is gone or disabled (an endpoint, a recipe, a text)."""
-    kwargs = {k: template[k] for k in PLAIN if k in template}
+    is gone or disabled (an endpoint, a recipe, a text), or when this code cannot read it."""
+    try:
+        plan = RunPlan.from_dict(template)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValidationError(f"the schedule's saved run cannot be read: {exc}") from exc
     endpoints = list(Endpoint.objects.filter(id__in=template.get("endpoints") or [], enabled=True)
                      .select_related("host"))
     recipes = list(ServerRecipe.objects.filter(id__in=template.get("recipes") or [], enabled=True)
@@ -80,18 +59,11 @@ def template_kwargs(template: dict) -> dict:
         raise ValidationError(f"{missing} of the schedule's endpoints or recipes were removed or disabled.")
     if not endpoints and not recipes:
         raise ValidationError("The schedule names no endpoint or recipe.")
-    kwargs.update(endpoints=endpoints, recipes=recipes)
+    kwargs = {"plan": plan, "title": template.get("title") or "", "endpoints": endpoints, "recipes": recipes}
     if template.get("quality_text"):
         kwargs["quality_text"] = EvaluationText.objects.filter(id=template["quality_text"]).first()
     if template.get("quality_reference"):
         kwargs["quality_reference"] = Endpoint.objects.filter(id=template["quality_reference"]).first()
-    if template.get("dataset"):
-        kwargs["dataset"] = Dataset.from_dict(template["dataset"], template.get("prompt_tokens"),
-                                              template.get("output_tokens"))
-    if template.get("arrival_pattern"):
-        kwargs["arrival_pattern"] = ArrivalPattern.from_dict(template["arrival_pattern"], template.get("arrivals"))
-    if template.get("conversation"):
-        kwargs["conversation"] = Conversation.from_dict(template["conversation"])
     return kwargs
 
 
@@ -181,33 +153,6 @@ def alerts_update(*, schedule: Schedule, alert_emails: str, webhook_url: str, we
 
 
 # ---------------------------------------------------------------- firing and counting
-class _Problems(list):
-    """Stands in for the run form in its run-time check: collects what it would say."""
-
-    def add_error(self, field, message):
-        self.append(str(message))
-
-
-def template_limits(kwargs: dict) -> list[str]:
-    """What the run form would refuse in a firing's run: requests per run and the run time limit,
-    judged now (the settings may have been lowered since the schedule was saved). The runs-in-flight
-    limit is services.run_create's, as for a submitted run."""
-    sweep = kwargs.get("sweep") or {}
-    servers = sum(len(r.settings(sweep.get(str(r.id)))) for r in kwargs.get("recipes") or [])
-    data = dict(kwargs, _measured=len(kwargs.get("endpoints") or []) + servers)
-    trials, n, duration = data.get("trials") or 1, data.get("requests_per_level") or 0, data.get("duration_s")
-    problems = _Problems()
-    if n > settings.MAX_REQUESTS_PER_LEVEL:
-        problems.append(f"{n} requests per level; the limit is {settings.MAX_REQUESTS_PER_LEVEL}.")
-    if duration and duration > settings.RUN_TIME_LIMIT_S:
-        problems.append(f"a duration of {duration:g} s; the run time limit is {settings.RUN_TIME_LIMIT_S:g} s.")
-    total = data["_measured"] * _levels(data) * trials * n
-    if total > settings.MAX_REQUESTS_PER_RUN:
-        problems.append(f"This run would send {total} requests; the limit is {settings.MAX_REQUESTS_PER_RUN}.")
-    RunForm._check_run_time(problems, data)
-    return list(problems)
-
-
 def schedule_fire(*, schedule_id: int) -> Run | None:
     """Beat's firing: queue the schedule's run through the run service (its worker picks it up
     once the transaction commits). A firing that cannot queue one counts as a failure."""
@@ -219,8 +164,7 @@ def schedule_fire(*, schedule_id: int) -> Run | None:
         kwargs = template_kwargs(schedule.template)
         if not schedule.owner.is_active:
             raise ValidationError("the schedule's owner can no longer log in")
-        if problems := template_limits(kwargs):  # a firing gets no more than a submitted run
-            raise ValidationError(problems)
+        # run_create judges the plan against the limits now: a firing gets no more than a submitted run
         return services.run_create(owner=schedule.owner, schedule=schedule, **kwargs)
     except ValidationError as exc:
         log.warning("schedule %s could not queue a run: %s", schedule.public_id, " ".join(exc.messages))

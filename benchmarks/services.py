@@ -27,14 +27,12 @@ from benchmarks.engine import gpu as gpu_telemetry
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.engine.client import (Cancelled, Finding, LevelOutcome, Load, Session, Timeouts, describe_error,
                                       until_stopped)
-from benchmarks.engine.arrivals import ArrivalPattern
-from benchmarks.engine.conversations import Conversation
 from benchmarks.engine.client_figures import ClientFigures
-from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
 from benchmarks import loadgen
-from benchmarks.engine import load_modes, shards
+from benchmarks.engine import shards
+from benchmarks.engine.plan import Limits as PlanLimits, RunPlan
 from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
 from benchmarks.engine.server_metrics import ServerSummary, server_identity
 from benchmarks.engine.slo_search import SloSearch, max_probes
@@ -48,74 +46,52 @@ from benchmarks.selectors import quality_problems, runs_in_flight
 log = logging.getLogger(__name__)
 
 
-def run_create(*, owner, endpoints: list[Endpoint], title: str = "", prompt_tokens: int,
-               output_tokens: int, temperature: float, requests_per_level: int, warmup_requests: int,
-               load_mode: str = "concurrency", concurrency_levels: list[int] = (),
-               request_rates: list[float] = (), arrivals: str = "poisson", max_concurrency: int = 0,
-               duration_s: float | None = None, api: str = "completions", seed: int | None = None,
-               slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
-               slo_e2e_ms: float | None = None, quality: bool = False, quality_text: EvaluationText | None = None,
-               quality_upload: dict | None = None, quality_reference: Endpoint | None = None,
-               quality_ctx: int = quality_engine.DEFAULT_CTX,
-               quality_chunks: int = quality_engine.DEFAULT_CHUNKS, recipes: list = (),
-               sweep: dict | None = None, dataset: Dataset | None = None,
-               arrival_pattern: ArrivalPattern | None = None, conversation: Conversation | None = None,
-               load_processes: int = 0, load_workers: int = 0, schedule=None, trials: int = 1,
-               slo_percentile: int = 99, search_max_concurrency: int | None = None,
-               search_rates: list[float] = ()) -> Run:
-    """Queue a run. Raises ValidationError when the owner already has MAX_RUNS_IN_FLIGHT runs
-    queued or running: counted and inserted in one transaction that holds the owner's row.
-    With `quality`, the quality step follows the levels: on `quality_text`, or on
-    `quality_upload` ({"name", "text"}, stored as an EvaluationText), or else the built-in text.
-    `recipes` are started by their host's worker, each at every setting of `sweep` (recipe id ->
-    flag -> values; all allowed values for a recipe not in it), and measured as an endpoint is.
-    `arrival_pattern`: how rate levels send (a trace replay has one level per speed-up);
-    `conversation`: the sessions of conversation mode; `schedule`: the schedule whose firing queues
-    it (schedules.schedule_fire). Every level is measured `trials` times. The load arguments
-    (`load_mode` and those it reads: engine/load_modes) are stored by their mode; an SLO search
-    holds to its SLOs at `slo_percentile`."""
-    load = load_modes.from_arguments(
-        load_mode, concurrency_levels=concurrency_levels, request_rates=request_rates, arrivals=arrivals,
-        arrival_pattern=arrival_pattern, conversation=conversation, max_concurrency=max_concurrency,
-        search_max_concurrency=search_max_concurrency, search_rates=search_rates).columns()
-    levels = load_modes.from_columns(load_mode, load).level_count()
+def run_create(*, owner, endpoints: list[Endpoint], plan: RunPlan, title: str = "", recipes: list = (),
+               quality_text: EvaluationText | None = None, quality_upload: dict | None = None,
+               quality_reference: Endpoint | None = None, schedule=None) -> Run:
+    """Queue a run of `plan` (engine/plan.py) on `endpoints` and on servers started from `recipes`
+    (each at every setting of the plan's sweep; all allowed values for a recipe not in it), which
+    are measured as an endpoint is. Every door (the run form, the API, a schedule's firing) comes
+    here: raises ValidationError when the plan passes the site's limits, or when the owner already
+    has MAX_RUNS_IN_FLIGHT runs queued or running (counted and inserted in one transaction that
+    holds the owner's row). The quality step scores `quality_text`, or `quality_upload`
+    ({"name", "text"}, stored as an EvaluationText), or else the built-in text; `schedule`: the
+    schedule whose firing queues it (schedules.schedule_fire)."""
     recipes = list(recipes)
-    sweep = {str(k): v for k, v in (sweep or {}).items()}
+    measured = len(endpoints) + sum(len(r.settings(plan.sweep.get(str(r.id)))) for r in recipes)
+    if problems := plan.problems(plan_limits(), measured):
+        raise ValidationError([message for _, message in problems])
+    per_endpoint = _measured_per_endpoint(plan)
     with transaction.atomic():
         _check_runs_in_flight(owner)
-        if quality and quality_upload:
+        if plan.quality.on and quality_upload:
             quality_text = evaluation_text_store(owner=owner, **quality_upload)
-        if not quality:
+        if not plan.quality.on:
             quality_text = quality_reference = None
         run = Run.objects.create(
-            owner=owner, title=title, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-            temperature=temperature, load_mode=load_mode, **load, trials=trials, slo_percentile=slo_percentile,
-            duration_s=duration_s,
-            requests_per_level=requests_per_level, warmup_requests=warmup_requests, api=api, seed=seed,
-            load_processes=load_processes or 0, load_workers=load_workers or 0,
-            slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
-            dataset=dataset.to_dict() if dataset is not None else {},
-            quality=quality, quality_text=quality_text, quality_reference=quality_reference,
-            quality_ctx=quality_ctx, quality_chunks=quality_chunks,
-            progress_total=len(endpoints) * _measured_per_endpoint(
-                levels * trials, requests_per_level, quality, quality_ctx, quality_chunks),
-            queue_name=queue_for(endpoints, recipes), sweep=sweep, schedule=schedule,
-        )
+            owner=owner, title=title, **plan.columns(), quality_text=quality_text,
+            quality_reference=quality_reference, progress_total=len(endpoints) * per_endpoint,
+            queue_name=queue_for(endpoints, recipes), schedule=schedule)
         run.endpoints.set(endpoints)
         run.recipes.set(recipes)
-        launches = lab_services.launches_create(run=run, recipes=recipes, sweep=sweep)
+        launches = lab_services.launches_create(run=run, recipes=recipes, sweep=plan.sweep)
         if launches:
-            Run.objects.filter(id=run.id).update(progress_total=models.F("progress_total") + len(launches) * (
-                _measured_per_endpoint(levels * trials, requests_per_level, quality, quality_ctx,
-                                       quality_chunks)))
+            Run.objects.filter(id=run.id).update(progress_total=models.F("progress_total") + len(launches) * per_endpoint)
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run
 
 
-def _measured_per_endpoint(levels: int, requests_per_level: int, quality: bool, ctx: int, chunks: int) -> int:
+def plan_limits() -> PlanLimits:
+    return PlanLimits(max_requests_per_level=settings.MAX_REQUESTS_PER_LEVEL,
+                      max_requests_per_run=settings.MAX_REQUESTS_PER_RUN, run_time_limit_s=settings.RUN_TIME_LIMIT_S)
+
+
+def _measured_per_endpoint(plan: RunPlan) -> int:
     """What the progress bar counts for one endpoint (or server started from a recipe): its
     requests and, with the quality step, its scored positions."""
-    return levels * requests_per_level + (quality_engine.scored_positions(ctx, chunks) if quality else 0)
+    q = plan.quality
+    return (plan.levels_per_endpoint() * plan.workload.requests_per_level
+            + (quality_engine.scored_positions(q.ctx, q.chunks) if q.on else 0))
 
 
 def _check_runs_in_flight(owner) -> None:

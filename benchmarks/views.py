@@ -60,7 +60,7 @@ def run_new(request):
     # The schedule's fields are judged only when it is asked for; then both must be valid.
     if form.is_bound and form.is_valid() and (not repeat.wanted or repeat.is_valid()):
         try:
-            run = services.run_create(owner=request.user, **form.cleaned_data)
+            run = services.run_create(owner=request.user, **form.run_arguments())
         except ValidationError as exc:  # the runs-in-flight limit, checked as the run is inserted
             form.add_error(None, exc)
         else:

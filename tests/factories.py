@@ -15,6 +15,7 @@ from benchmarks.engine import quality as quality_engine
 from benchmarks.engine.client import Load, Session, Target, Timeouts, Workload
 from benchmarks.engine.gpu import GpuSample
 from benchmarks.engine.observe import GpuTelemetry, measure_observed
+from benchmarks.engine.plan import RunPlan
 from benchmarks.engine.quality import EvalText, QualityResult
 from benchmarks.engine.simulator import SimConfig, SimulatorProcess
 from benchmarks.models import Endpoint, Host, Model, Run, Variant
@@ -26,6 +27,12 @@ def user(username="alice", staff=False):
     existing = User.objects.filter(username=username).first()
     return existing or User.objects.create_user(username, password="pw-for-tests-1", is_staff=staff,
                                                 is_superuser=staff)
+
+
+def queue_run(**arguments) -> Run:
+    """services.run_create from the run form's flat names: the plan's, and the rows it runs on."""
+    plan, rows = RunPlan.split(arguments)
+    return services.run_create(plan=plan, **rows)
 
 
 def endpoint(url="http://127.0.0.1:9", name="sim", backend="vllm", host="lab-1", model_name="",

@@ -11,7 +11,7 @@ from benchmarks.advisor import Evidence, GpuSpec, Workload, advise, published_v1
 from benchmarks.engine import gpu
 from benchmarks.models import Model, Variant
 from conftest import ROOT
-from factories import decide, execute_in_process, user
+from factories import decide, execute_in_process, user, queue_run
 from test_multi_gpu import host_with, recipe, two_gpus
 
 V100 = "Tesla V100-PCIE-16GB"
@@ -107,8 +107,7 @@ def decided_after_a_lab_run(settings, tmp_path, monkeypatch):
     for r in (one, two):
         r.full_clean()
         r.save()
-    from benchmarks import services
-    run = execute_in_process(services.run_create(
+    run = execute_in_process(queue_run(
         owner=user(), endpoints=[], recipes=[one, two], sweep={}, prompt_tokens=32, output_tokens=32,
         temperature=0.7, concurrency_levels=[1], requests_per_level=4, warmup_requests=0))
     assert run.status == "succeeded", run.error

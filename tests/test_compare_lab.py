@@ -8,7 +8,7 @@ from benchmarks.compare import startup_table
 from benchmarks.engine.catalogue import LAUNCH_FIGURES
 from benchmarks.engine.launcher import LaunchReport, MemoryReading
 from benchmarks.models import Run, ServerLaunch, ServerRecipe
-from factories import user
+from factories import user, queue_run
 from test_decisions_lab import LLAMA_ARGS, lab, llama_paths, v100_host, variant  # noqa: F401 (lab's fixtures)
 
 
@@ -39,7 +39,7 @@ def test_a_comparison_of_a_lab_sweep_shows_each_settings_start_up_and_memory(lab
     recipe.full_clean()
     recipe.save()
     owner = user()
-    run = services.run_create(owner=owner, endpoints=[], recipes=[recipe], sweep={}, prompt_tokens=16,
+    run = queue_run(owner=owner, endpoints=[], recipes=[recipe], sweep={}, prompt_tokens=16,
                               output_tokens=4, temperature=0.7, concurrency_levels=[1], requests_per_level=1,
                               warmup_requests=0)
     services.run_execute(run_id=run.id, worker="test")  # this process as the host's worker

@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from benchmarks import services
 from benchmarks.decisions import selectors
 from benchmarks.lab import services as lab_services
 from benchmarks.models import Decision, Gpu, Host, Model, Run, ServerLaunch, ServerRecipe, Variant
 from conftest import LLM_SERVERS, watched
-from factories import advice, decide, user
+from factories import advice, decide, user, queue_run
 
 pytestmark = pytest.mark.django_db
 V100_HOST = "v100-lab"
@@ -75,7 +74,7 @@ def launched(name, *, backend, quantization, executable, model_path, args, model
                           model_path=model_path, args=args, variant=variant(quantization, model))
     recipe.full_clean()
     recipe.save()
-    run = services.run_create(owner=user(), endpoints=[], recipes=[recipe], sweep={}, prompt_tokens=32,
+    run = queue_run(owner=user(), endpoints=[], recipes=[recipe], sweep={}, prompt_tokens=32,
                               output_tokens=8, temperature=0.7, concurrency_levels=[1], requests_per_level=1,
                               warmup_requests=0)
     launch = run.launches.get()

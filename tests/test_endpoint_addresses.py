@@ -16,13 +16,12 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 
-from benchmarks import services
 from benchmarks.engine import addresses
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Load, Session, Target, Workload
 from benchmarks.models import Endpoint, LevelResult, RequestRecord, Run, endpoint_url_problem
 from conftest import ROOT, spawn_worker, stop_worker, worker_env
-from factories import endpoint, user
+from factories import endpoint, user, queue_run
 
 METADATA = "169.254.169.254"
 
@@ -297,7 +296,7 @@ def test_an_endpoint_whose_url_fails_at_run_time_fails_alone_and_the_run_goes_on
            "d-outside": (f"http://127.0.0.2:{port}", "127.0.0.2 is outside the allowed networks (127.0.0.1/32)")}
     bad_rows = {name: endpoint(url, name=name) for name, (url, _) in bad.items()}
     last = endpoint(sim.url, name="e-last")
-    run = services.run_create(owner=user(), endpoints=[first, *bad_rows.values(), last], prompt_tokens=16,
+    run = queue_run(owner=user(), endpoints=[first, *bad_rows.values(), last], prompt_tokens=16,
                               output_tokens=4, temperature=0.7, concurrency_levels=[1, 2], requests_per_level=3,
                               warmup_requests=0)
     deadline = time.monotonic() + 120

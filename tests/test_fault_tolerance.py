@@ -11,10 +11,9 @@ from urllib.parse import urlsplit
 import pytest
 from celery import Celery
 
-from benchmarks import services
 from benchmarks.models import LevelResult, RequestRecord, Run
 from conftest import free_port, spawn_worker, stop_worker, worker_env
-from factories import endpoint, user
+from factories import endpoint, user, queue_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FAST_RECOVERY = {"RUN_HEARTBEAT_S": 0.5, "RUN_HEARTBEAT_STALE_S": 3, "RUN_SWEEP_EVERY_S": 1,
@@ -36,7 +35,7 @@ def create_run(endpoints, **kw):
     fields = dict(owner=user(), endpoints=endpoints, prompt_tokens=32, output_tokens=20, temperature=0.7,
                   concurrency_levels=[1, 2], requests_per_level=8, warmup_requests=0)
     fields.update(kw)
-    return services.run_create(**fields)
+    return queue_run(**fields)
 
 
 @contextlib.contextmanager

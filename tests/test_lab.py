@@ -12,11 +12,10 @@ from celery import Celery
 from django.test import Client
 from django.urls import reverse
 
-from benchmarks import services
 from benchmarks.engine import launcher
 from benchmarks.models import Host, LevelResult, Run, ServerLaunch, ServerRecipe
 from conftest import LLM_SERVERS, spawn_worker, stop_worker, worker_env
-from factories import execute_in_process, user
+from factories import execute_in_process, user, queue_run
 from test_fault_tolerance import FAST_RECOVERY, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,7 +87,7 @@ def recipe(name, executable, model, args=LLAMA_ARGS, host=HOST, **fields):
 
 
 def lab_run(recipes, sweep=None, levels=(1,), requests=2, output_tokens=8, trials=1):
-    return services.run_create(owner=user(), endpoints=[], recipes=recipes, sweep=sweep or {}, prompt_tokens=32,
+    return queue_run(owner=user(), endpoints=[], recipes=recipes, sweep=sweep or {}, prompt_tokens=32,
                                output_tokens=output_tokens, temperature=0.7, concurrency_levels=list(levels),
                                requests_per_level=requests, warmup_requests=0, trials=trials)
 
@@ -401,7 +400,7 @@ def test_each_started_server_gets_the_quality_step_against_the_runs_reference(la
         q8 = endpoint(f"http://127.0.0.1:{port}", name="gemma-q8", backend="llamacpp", host=HOST,
                       quantization="gguf_q8_0")
         q4 = recipe("gemma-q4", *llama_paths, args=LLAMA_ARGS + ["--swa-full"], sweep={"--parallel": [1, 2]})
-        run = services.run_create(owner=user(), endpoints=[q8], recipes=[q4], prompt_tokens=32, output_tokens=8,
+        run = queue_run(owner=user(), endpoints=[q8], recipes=[q4], prompt_tokens=32, output_tokens=8,
                                   temperature=0.7, concurrency_levels=[1], requests_per_level=2, warmup_requests=0,
                                   quality=True, quality_reference=q8, quality_ctx=32, quality_chunks=2)
         run = finished(run, 300)

@@ -13,11 +13,10 @@ import pytest
 from celery import Celery
 from django.core.exceptions import ValidationError
 
-from benchmarks import services
 from benchmarks.engine import launcher
 from benchmarks.models import Host, Run, ServerLaunch, ServerRecipe
 from conftest import spawn_worker, stop_worker, worker_env
-from factories import user
+from factories import user, queue_run
 from test_fault_tolerance import wait_for
 from test_launcher import SECRETS, open_folder, own_env, probe_server, throwaway_user
 
@@ -61,7 +60,7 @@ def recipe(name, script, folder, args=("--host", "{host}", "--port", "{port}"), 
 
 
 def measured(recipes) -> Run:
-    run = services.run_create(owner=user(), endpoints=[], recipes=recipes, sweep={}, prompt_tokens=32,
+    run = queue_run(owner=user(), endpoints=[], recipes=recipes, sweep={}, prompt_tokens=32,
                               output_tokens=8, temperature=0.7, concurrency_levels=[1], requests_per_level=1,
                               warmup_requests=0)
     wait_for(lambda: Run.objects.get(id=run.id).is_finished, 60, f"run {run.id} to finish")

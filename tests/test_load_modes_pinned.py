@@ -43,7 +43,7 @@ def observe(case: str) -> dict:
     form = RunForm(run_form([Endpoint.objects.first() or endpoint()], **fields),
                    {k: SimpleUploadedFile("trace.jsonl", v.encode()) for k, v in files.items()})
     assert form.is_valid(), form.errors
-    run = services.run_create(owner=user(), **form.cleaned_data)
+    run = services.run_create(owner=user(), **form.run_arguments())
     run.refresh_from_db()
     columns = {k: getattr(run, k) for k in COLUMNS}
     if "trace" in columns["arrival_pattern"]:

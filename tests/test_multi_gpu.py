@@ -14,7 +14,7 @@ from benchmarks.engine.launcher import Allowlist, ServerSpec
 from benchmarks.engine.multi_gpu import Spread, spread
 from benchmarks.models import Host, Run, ServerRecipe
 from conftest import ROOT
-from factories import execute_in_process, user
+from factories import execute_in_process, user, queue_run
 from test_gpu_telemetry import FakeGpu, FakeNVML
 
 ECHO_ENV = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))"
@@ -139,7 +139,7 @@ def lab_run_on_two_gpus(settings, tmp_path, monkeypatch):
                sweep={"gpus": ["0", "0,1"]})
     r.full_clean()
     r.save()
-    run = services.run_create(owner=user(), endpoints=[], recipes=[r], sweep={}, prompt_tokens=32, output_tokens=16,
+    run = queue_run(owner=user(), endpoints=[], recipes=[r], sweep={}, prompt_tokens=32, output_tokens=16,
                               temperature=0.7, concurrency_levels=[1, 4], requests_per_level=8, warmup_requests=0)
     return execute_in_process(run)
 

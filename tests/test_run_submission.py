@@ -9,7 +9,7 @@ from django.urls import reverse
 from benchmarks import services
 from benchmarks.forms import RunForm
 from benchmarks.models import Run
-from factories import endpoint, run_form, user
+from factories import endpoint, run_form, user, queue_run
 from v100site.celery import app
 
 pytestmark = pytest.mark.django_db
@@ -146,18 +146,16 @@ def test_submitting_creates_a_queued_run_and_enqueues_it_after_commit(client, pr
 def test_a_run_reaches_the_broker_only_when_its_transaction_commits(private_queue):
     from django.db import transaction
 
-    from benchmarks.services import run_create
-
     fields = dict(owner=user(), endpoints=[endpoint()], prompt_tokens=8, output_tokens=8, temperature=0.7,
                   concurrency_levels=[1], requests_per_level=1, warmup_requests=0)
     with transaction.atomic():
-        run = run_create(**fields)
+        run = queue_run(**fields)
         # Not yet: a worker must never be handed a run it cannot see.
         assert private_queue() == []
     assert private_queue() == [("benchmarks.run_execute", [run.id])]
     with pytest.raises(RuntimeError, match="rolled back"):
         with transaction.atomic():
-            run_create(**fields)
+            queue_run(**fields)
             raise RuntimeError("rolled back")
     assert private_queue() == [] and Run.objects.count() == 1  # nothing sent for a run that never was
 
@@ -166,7 +164,7 @@ def test_a_run_reaches_the_broker_only_when_its_transaction_commits(private_queu
 def test_the_sweeper_re_sends_lost_runs_to_the_queue_each_was_first_sent_to(private_queue, settings):
     settings.HOST_QUEUES = True
     e = endpoint(host=f"sweep-box-{os.getpid()}")
-    on_host = services.run_create(owner=user(), endpoints=[e], prompt_tokens=8, output_tokens=8, temperature=0.7,
+    on_host = queue_run(owner=user(), endpoints=[e], prompt_tokens=8, output_tokens=8, temperature=0.7,
                                   concurrency_levels=[1], requests_per_level=1, warmup_requests=0)
     host_queue = e.host.queue_name
     assert on_host.queue_name == host_queue and take_from_broker(host_queue) == [("benchmarks.run_execute", [on_host.id])]

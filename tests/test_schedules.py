@@ -12,7 +12,7 @@ from django_celery_beat.models import PeriodicTask
 from benchmarks import schedules, services
 from benchmarks.models import Host, Run, Schedule
 from conftest import spawn_beat, spawn_worker, stop_worker, worker_env
-from factories import endpoint, measured_run, user
+from factories import endpoint, measured_run, user, queue_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -201,8 +201,9 @@ def test_the_run_form_queues_the_run_and_its_schedule_or_neither(client):
     assert schedule.name == "nightly sim" and schedule.when == "daily at 05:30 UTC"
     assert schedule.alert_emails == "ops@example.org"
     kwargs = schedules.template_kwargs(schedule.template)
-    assert kwargs["endpoints"] == [e] and kwargs["concurrency_levels"] == run.concurrency_levels
-    assert (kwargs["prompt_tokens"], kwargs["requests_per_level"]) == (run.prompt_tokens, run.requests_per_level)
+    # the template's plan is the run's own: its levels, tokens and requests per level among it
+    assert kwargs["endpoints"] == [e] and kwargs["plan"] == run.plan and kwargs["title"] == "nightly sim"
+    assert kwargs["plan"].load.arguments()["concurrency_levels"] == run.concurrency_levels
 
 
 def test_a_schedule_repeats_a_rate_run_s_arrival_pattern_and_a_conversation_run_as_submitted():
@@ -219,9 +220,9 @@ def test_a_schedule_repeats_a_rate_run_s_arrival_pattern_and_a_conversation_run_
     common = dict(owner=owner, endpoints=[e], prompt_tokens=32, output_tokens=8, temperature=0.0,
                   requests_per_level=4, warmup_requests=0)
     try:
-        rate = services.run_create(load_mode="rate", request_rates=[1.0, 2.0], arrivals="gamma",
+        rate = queue_run(load_mode="rate", request_rates=[1.0, 2.0], arrivals="gamma",
                                    arrival_pattern=ArrivalPattern(kind="gamma", burstiness=0.5), **common)
-        talk = services.run_create(load_mode="conversation", concurrency_levels=[2],
+        talk = queue_run(load_mode="conversation", concurrency_levels=[2],
                                    conversation=Conversation(turns=3, think_s=0.5), **common)
         for source in (rate, talk):
             again = services.run_create(owner=owner, **schedules.template_kwargs(schedules.template_from_run(source)))

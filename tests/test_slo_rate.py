@@ -56,7 +56,7 @@ def test_a_valid_rate_search_keeps_its_grid_and_arrivals_and_sizes_its_progress(
     assert data["search_rates"] == grid, f"the form's grid {data['search_rates']}, not 4 × 1.25^k: {grid}"
     assert (data["arrival_pattern"].kind, data["arrival_pattern"].burstiness) == ("gamma", 0.5)
     from benchmarks import services
-    run = services.run_create(owner=user(), **data)
+    run = services.run_create(owner=user(), **form.run_arguments())
     assert run.search_rates == data["search_rates"] and run.max_concurrency == 16 and run.loads() == []
     probe = run.search_load(run.search_rates[3])
     assert (probe.rate, probe.arrivals, probe.burstiness, probe.concurrency) == (run.search_rates[3], "gamma", 0.5, 16)

@@ -89,7 +89,7 @@ def _run_create(request):
     if not form.is_valid():
         return invalid(_form_errors(form))
     try:
-        run = services.run_create(owner=request.user, **form.cleaned_data)
+        run = services.run_create(owner=request.user, **form.run_arguments())
     except ValidationError as exc:  # the runs-in-flight limit, checked as the run is inserted
         return Response({"error": " ".join(exc.messages), "errors": {"__all__": exc.messages}}, status=409)
     return Response(schema.run_status(run, request), status=201,
