@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from benchmarks.engine.catalogue import HISTORY_FIGURES
+from benchmarks.engine.server_metrics import StoredIdentity
 from benchmarks.engine.regression import LevelTest, RegressionReport, Thresholds, compare_figure
 from benchmarks.models import Endpoint, LevelResult, Run
 
@@ -102,24 +103,16 @@ def declared_identity(endpoint: Endpoint) -> dict:
 
 
 def engine_version(config: dict) -> str:
-    """The server's own version (vLLM, SGLang: /version; llama.cpp: build_info), else the one
-    the inventory declared when the run measured it."""
-    config = config if isinstance(config, dict) else {}
-    for key in ("version", "build_info"):
-        if isinstance(config.get(key), str) and config[key]:
-            return config[key]
-    declared = config.get("declared") or {}
-    return str(declared.get("engine_version") or "") or "not reported"
+    """The server's own version (as its backend reads what it said), else the one the inventory
+    declared when the run measured it."""
+    stored = StoredIdentity.from_dict(config)
+    return stored.version or stored.declared_version or "not reported"
 
 
 def launch_flags(config: dict) -> str:
-    """The flags it was started with as the inventory declared them (llama.cpp also reports its
-    context and slots)."""
-    config = config if isinstance(config, dict) else {}
-    flags = dict((config.get("declared") or {}).get("launch_flags") or {})
-    for key in ("n_ctx", "total_slots"):
-        if config.get(key) is not None and key not in flags:
-            flags[key] = config[key]
+    """The flags it was started with as the inventory declared them (and what the server
+    reported of its own settings, such as llama.cpp's context and slots)."""
+    flags = StoredIdentity.from_dict(config).flags
     return " ".join(f"{k}={v}" for k, v in flags.items()) or "none declared"
 
 

@@ -27,7 +27,7 @@ from benchmarks.engine.quality import DEFAULT_CHUNKS, DEFAULT_CTX, EvalText, bui
 from benchmarks.engine.quality import QualityResult as QualityFigures
 from benchmarks.engine.regression import RegressionReport
 from benchmarks.engine import webhooks
-from benchmarks.engine.server_metrics import ServerSummary
+from benchmarks.engine.server_metrics import ServerSummary, StoredIdentity
 from benchmarks.engine.slo_search import SloSearch, SloTarget
 from benchmarks.importers import ImportedReport as ParsedReport
 
@@ -370,10 +370,10 @@ class ServerRecipe(models.Model):
                 errors["sweep"] = f"{GPUS_KEY}: {problem}"
         if not errors:
             lists = [parse_gpus(v) for v in (self.sweep or {}).get(GPUS_KEY) or []] or [self.gpu_indices()]
-            problem = multi_gpu.problem(self.backend, self.args, self.sweep, lists)
+            backend = backends.get(self.backend)
+            problem = multi_gpu.problem(backend, self.args, self.sweep, lists)
             if problem:
-                swept = set(self.sweep or {}) & set(multi_gpu.SPLIT_MODE + multi_gpu.TENSOR_SPLIT
-                                                    + multi_gpu.TENSOR_PARALLEL + multi_gpu.PIPELINE_PARALLEL)
+                swept = set(self.sweep or {}) & set(backend.spread_flags)
                 errors["sweep" if swept else "args"] = problem
         for name in ("executable", "model_path"):
             value = getattr(self, name) or ""
@@ -652,6 +652,10 @@ class Run(models.Model):
     def arrival_settings(self) -> ArrivalPattern:
         """How its levels are sent, in a mode that sends at rates (else Poisson, unused)."""
         return self.load.arguments()["arrival_pattern"] or ArrivalPattern()
+
+    def server_identity(self, endpoint_id) -> StoredIdentity:
+        """What it kept of that endpoint's server (the one reader of `server_config`)."""
+        return StoredIdentity.from_dict((self.server_config or {}).get(str(endpoint_id)))
 
     @cached_property
     def plan(self) -> RunPlan:

@@ -422,3 +422,36 @@ def test_a_backend_registered_at_run_time_is_offered_and_saved(client, toy):
     backends.unregister("toy")
     r = client.post(reverse("admin:benchmarks_endpoint_change", args=[e.id]), endpoint_post(e, backend="toy"))
     assert r.status_code == 200 and "Select a valid choice" in r.content.decode()
+
+
+@pytest.mark.parametrize("backend, args, model, placed", [
+    ("llamacpp", ["-m", "/m/q4.gguf", "-c", "4096"], "/m/q4.gguf", ["-m", "{model}", "-c", "4096"]),
+    ("llamacpp", ["--model=/m/q4.gguf"], "/m/q4.gguf", ["--model={model}"]),
+    ("vllm", ["serve", "/m/fp8", "--port", "1"], "/m/fp8", ["serve", "{model}", "--port", "1"]),
+    # vLLM's module form: its -m names the module, not a model
+    ("vllm", ["-m", "vllm.entrypoints.openai.api_server", "--model", "/m/awq"], "/m/awq",
+     ["-m", "vllm.entrypoints.openai.api_server", "--model", "{model}"]),
+    ("sglang", ["-m", "sglang.launch_server", "--model-path", "/m/x"], "/m/x",
+     ["-m", "sglang.launch_server", "--model-path", "{model}"]),
+    ("openai", ["--port", "8000"], "", ["--port", "8000"]),
+])
+def test_a_launch_command_becomes_a_recipe_with_the_model_where_its_backend_reads_it(backend, args, model, placed):
+    assert backends.get(backend).with_model_placeholder(args) == (model, placed)
+
+
+def test_a_stored_server_identity_is_read_by_its_backend():
+    """Run.server_config per endpoint: the version where the server's backend keeps it, else the
+    declared one; llama.cpp's context and slots beside the declared flags, which win."""
+    from benchmarks.engine.server_metrics import StoredIdentity
+
+    llama = StoredIdentity.from_dict({"backend": "llamacpp", "build_info": "b7000-abc", "version": "not this",
+                                      "n_ctx": 4096, "total_slots": 4,
+                                      "declared": {"engine_version": "b6000", "launch_flags": {"-c": 8192}}})
+    assert llama.version == "b7000-abc" and llama.backend.version_source == "its /props"
+    assert llama.flags == {"-c": 8192, "n_ctx": 4096, "total_slots": 4}
+    vllm = StoredIdentity.from_dict({"backend": "vllm", "version": "0.11.0", "build_info": "not this"})
+    assert vllm.version == "0.11.0" and vllm.flags == {}
+    assert StoredIdentity.from_dict({"backend": "sglang", "version": "0.5.2"}).version == "0.5.2"
+    silent = StoredIdentity.from_dict({"backend": "gone-engine", "version": ["odd"], "declared": {"engine_version": "1.2"}})
+    assert (silent.version, silent.declared_version) == ("", "1.2")
+    assert StoredIdentity.from_dict(None) == StoredIdentity() and StoredIdentity.from_dict("junk").version == ""

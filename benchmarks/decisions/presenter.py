@@ -22,6 +22,7 @@ from benchmarks.advisor.performance import METRICS
 from benchmarks.compare import shown
 from benchmarks.decisions.forms import INTERCONNECTS
 from benchmarks.decisions.selectors import CANDIDATES, VARIANT_QUANTIZATION, endpoints_for, recipes_for
+from benchmarks.engine import backends
 from benchmarks.engine.catalogue import COMPARISON_QUALITY, LAUNCH_FIGURES, figure
 from benchmarks.importers.published import QUALITY_LABEL
 
@@ -186,15 +187,8 @@ def recipe_add_link(result: dict, candidate, launch: dict | None) -> str | None:
     words = shlex.split(launch["command"])
     while words and "=" in words[0] and not words[0].startswith("-"):  # CUDA_VISIBLE_DEVICES=...: the lab
         words.pop(0)  # gives a recipe's server its GPUs itself
-    executable, args = words[0], words[1:]
-    if executable == "vllm" and args[:1] == ["serve"]:  # `vllm serve MODEL`: the model is positional
-        args = args[1:]
-        model_path, args = args[0], ["serve", "{model}"] + args[1:]
-    else:
-        i = args.index("-m") if "-m" in args else -1
-        model_path = args[i + 1] if i >= 0 else ""
-        if i >= 0:
-            args[i + 1] = "{model}"
+    executable = words[0]
+    model_path, args = backends.get(candidate.backend).with_model_placeholder(words[1:])
     if "--port" in args:
         args[args.index("--port") + 1] = "{port}"
     else:

@@ -156,7 +156,7 @@ def _evidence_row(level: LevelResult) -> Evidence | None:
         url=f"{run.get_absolute_url()}#level-{level.public_id}", host_id=str(endpoint.host_id),
         note=f"{len(point.flags)} validity flags" if point.flags else "",
         model=variant.model.name, weight_bytes=float(variant.size_bytes) if variant.size_bytes else None,
-        engine_version=served_version(run.server_config.get(str(endpoint.id))) or endpoint.engine_version,
+        engine_version=run.server_identity(endpoint.id).version or endpoint.engine_version,
         build_flags=endpoint.launch_command_shown or (json.dumps(endpoint.launch_flags, sort_keys=True)
                                                if endpoint.launch_flags else ""),
         **_endpoint_spread(endpoint), **{f.name: point.get(f) for f in ADVISOR_FIGURES})
@@ -219,15 +219,6 @@ def _in_flight(run: Run, endpoint: Endpoint, rate: float) -> float | None:
         if throughput is not None and e2e is not None:
             values.append(throughput * e2e / 1000)
     return sum(values) / len(values) if values else None
-
-
-def served_version(identity) -> str:
-    """The version a server said it was when a run read its identity (vLLM /version, llama-server
-    /props build_info); "" when it said nothing."""
-    if not isinstance(identity, dict):
-        return ""
-    value = identity.get("version") or identity.get("build_info") or ""
-    return str(value)[:100] if isinstance(value, (str, int, float)) else ""
 
 
 # What a server's own log says it is, for a launch whose server never answered /version or /props.
@@ -301,7 +292,7 @@ def launch_evidence_from_db(*, limit: int = LAUNCH_LIMIT) -> list[LaunchEvidence
             hiders[run.id] = address_hider(run.endpoints.all())
         blank, report = hiders[run.id], launch.figures
         started = launch.status == ServerLaunch.STOPPED and report.health_s is not None
-        said = served_version(run.server_config.get(str(launch.endpoint_id))) if launch.endpoint_id else ""
+        said = run.server_identity(launch.endpoint_id).version if launch.endpoint_id else ""
         tail = [line for line in report.log_tail.splitlines() if line.strip()]
         evidence.append(LaunchEvidence(
             id=f"launch-{launch.public_id}", candidate=candidate.key, label=f"{run} · {launch}",
@@ -444,12 +435,12 @@ def engine_builds_for(host_id: str | None, gpu_name: str, cc: tuple) -> EngineBu
                 continue
         run = (Run.objects.filter(endpoints=e, server_config__has_key=str(e.id)).order_by("-created")
                .only("server_config").first())
-        said = served_version(run.server_config.get(str(e.id))) if run else ""
+        stored = run.server_identity(e.id) if run else None
+        said = stored.version if stored else ""
         version = said or e.engine_version
         if not version:
             continue
-        where = f"{e.name} ({'its /version' if e.backend == 'vllm' else 'its /props'} in its newest run)" \
-            if said else f"{e.name} (as registered)"
+        where = f"{e.name} ({stored.backend.version_source} in its newest run)" if said else f"{e.name} (as registered)"
         if e.backend == "vllm" and parse_version(version):
             vllm.append(parse_version(version))
             sources.append(f"vLLM {version} from {where}")

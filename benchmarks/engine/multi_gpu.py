@@ -69,44 +69,60 @@ class Spread:
 
 def spread(backend: str, setting: dict | None, args, visible: int | None) -> Spread:
     """The spread of a server of this backend at this setting, given `visible` GPUs (None: as
-    many as its environment gives, not known here). Raises ValueError for flags it cannot read."""
-    if backend == "vllm":
-        tp, pp = (_positive_int(1 if (v := flag_value(setting, args, flags)) is None else v, flags[0])
-                  for flags in (TENSOR_PARALLEL, PIPELINE_PARALLEL))
-        how = ("tensor x pipeline parallel" if tp > 1 and pp > 1 else "tensor parallel" if tp > 1
-               else "pipeline parallel" if pp > 1 else "one GPU")
-        return Spread(tp * pp, how)
-    if backend == "llamacpp":
-        mode = flag_value(setting, args, SPLIT_MODE)
-        mode = "layer" if mode is None else str(mode)
-        if mode not in SPLIT_MODES:
-            raise ValueError(f"--split-mode is one of {', '.join(SPLIT_MODES)}, not {mode!r}")
-        shares = flag_value(setting, args, TENSOR_SPLIT)
-        if mode == "none":
-            return Spread(1, "one GPU")
-        if shares is not None:
-            used = sum(1 for s in _tensor_split(shares) if s > 0)
-            if visible is not None:
-                used = min(used, visible)
-        else:
-            used = visible or 1
-        return Spread(used, f"{mode} split") if used > 1 else Spread(1, "one GPU")
+    many as its environment gives, not known here), as its backend module reads its flags
+    (Backend.spread). Raises ValueError for flags it cannot read."""
+    from benchmarks.engine import backends  # the backend modules import this one's readings
+
+    return backends.get(backend).spread(setting, args, visible)
+
+
+def layer_or_row_split(setting: dict | None, args, visible: int | None) -> Spread:
+    """llama.cpp's --split-mode none|layer|row and --tensor-split (common/arg.cpp): layer by
+    default, over every GPU it is given unless --tensor-split gives some none."""
+    mode = flag_value(setting, args, SPLIT_MODE)
+    mode = "layer" if mode is None else str(mode)
+    if mode not in SPLIT_MODES:
+        raise ValueError(f"--split-mode is one of {', '.join(SPLIT_MODES)}, not {mode!r}")
+    shares = flag_value(setting, args, TENSOR_SPLIT)
+    if mode == "none":
+        return Spread(1, "one GPU")
+    if shares is not None:
+        used = sum(1 for s in _tensor_split(shares) if s > 0)
+        if visible is not None:
+            used = min(used, visible)
+    else:
+        used = visible or 1
+    return Spread(used, f"{mode} split") if used > 1 else Spread(1, "one GPU")
+
+
+def tensor_times_pipeline(setting: dict | None, args) -> Spread:
+    """vLLM's --tensor-parallel-size × --pipeline-parallel-size GPUs (1 each by default)."""
+    tp, pp = (_positive_int(1 if (v := flag_value(setting, args, flags)) is None else v, flags[0])
+              for flags in (TENSOR_PARALLEL, PIPELINE_PARALLEL))
+    how = ("tensor x pipeline parallel" if tp > 1 and pp > 1 else "tensor parallel" if tp > 1
+           else "pipeline parallel" if pp > 1 else "one GPU")
+    return Spread(tp * pp, how)
+
+
+def as_given(visible: int | None) -> Spread:
+    """A server whose flags are not read here: over the GPUs it is given."""
     return Spread(visible or 1, "one GPU" if (visible or 1) == 1 else "as the server spreads it")
 
 
-def problem(backend: str, args, sweep: dict | None, gpu_lists: list[tuple[int, ...] | None]) -> str:
-    """Why a recipe's multi-GPU flags cannot work, or "": each setting of its sweep read, and a
-    spread over more GPUs than it is given refused (vLLM needs tensor x pipeline GPUs)."""
+def problem(backend, args, sweep: dict | None, gpu_lists: list[tuple[int, ...] | None]) -> str:
+    """Why a recipe's multi-GPU flags cannot work for its `backend` (a Backend), or "": each
+    setting of its sweep read, and a spread over more GPUs than it is given refused where the
+    backend needs them all (vLLM needs tensor x pipeline GPUs)."""
     sweep = dict(sweep or {})
-    keys = [k for k in sweep if k in SPLIT_MODE + TENSOR_SPLIT + TENSOR_PARALLEL + PIPELINE_PARALLEL]
+    keys = [k for k in sweep if k in backend.spread_flags]
     settings = [dict(zip(keys, values)) for values in product(*(sweep[k] for k in keys))] if keys else [{}]
     for gpus in gpu_lists or [None]:
         for setting in settings:
             try:
-                s = spread(backend, setting, args, len(gpus) if gpus is not None else None)
+                s = backend.spread(setting, args, len(gpus) if gpus is not None else None)
             except ValueError as exc:
                 return str(exc)
-            if backend == "vllm" and gpus is not None and s.gpus_used > len(gpus):
+            if backend.spread_needs_its_gpus and gpus is not None and s.gpus_used > len(gpus):
                 return (f"{s.label} needs {s.gpus_used} GPUs; the server is given {len(gpus)} "
                         f"({','.join(map(str, gpus))})")
     return ""

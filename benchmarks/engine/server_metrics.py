@@ -395,6 +395,44 @@ async def _get_json(client: httpx.AsyncClient, url: str, notes: list[str], timeo
         return None
 
 
+@dataclass(frozen=True)
+class StoredIdentity:
+    """What a run keeps of one endpoint's server (Run.server_config[endpoint id]): what
+    `server_identity` read and what the inventory declared when the run measured it
+    (history.declared_identity). The one reader of that stored shape."""
+
+    said: dict = field(default_factory=dict)  # server_identity's answer: "backend" and its identity
+    declared_version: str = ""
+    declared_flags: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, config) -> "StoredIdentity":
+        config = config if isinstance(config, dict) else {}
+        declared = config.get("declared") if isinstance(config.get("declared"), dict) else {}
+        flags = declared.get("launch_flags")
+        return cls({k: v for k, v in config.items() if k != "declared"}, str(declared.get("engine_version") or ""),
+                   dict(flags) if isinstance(flags, dict) else {})
+
+    @property
+    def backend(self) -> backends.Backend:
+        """Its backend's reading (a plain OpenAI server's where the name is not registered here)."""
+        try:
+            return backends.get(str(self.said.get("backend") or ""))
+        except backends.UnknownBackend:
+            return backends.Backend()
+
+    @property
+    def version(self) -> str:
+        """The version the server said it was ("" when it said none)."""
+        return self.backend.served_version(self.said)
+
+    @property
+    def flags(self) -> dict:
+        """The flags the inventory declared, with the settings the server reported beside them."""
+        reported = self.backend.reported_flags(self.said)
+        return {**self.declared_flags, **{k: v for k, v in reported.items() if k not in self.declared_flags}}
+
+
 async def server_identity(client: httpx.AsyncClient, base_url: str, backend: str,
                           timeout_s: float = 5.0) -> dict:
     """What the server says it is, small enough to store with the run: what its backend reads

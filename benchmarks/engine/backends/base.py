@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from benchmarks.engine import multi_gpu
+
 # The server's figures under the product's own keys. Each backend maps its /metrics sample names
 # onto these (newer name first). Gauges are read as they are, counters (`_total`) as their
 # change over a level, histograms as `<key>_sum` and `<key>_count` (a mean over a level).
@@ -163,10 +165,35 @@ class Backend:
     # ------------------------------------------------------------------ /metrics
     metrics: dict[str, tuple[str, ...]] = {}  # METRIC_KEYS key -> sample names, newer first
 
+    # ------------------------------------------------------------------ GPUs (engine/multi_gpu.py)
+    spread_flags: tuple[str, ...] = ()  # the flags that spread a model over several GPUs
+    spread_needs_its_gpus = False  # a spread over more GPUs than the server is given cannot start
+
+    def spread(self, setting: dict | None, args, visible: int | None) -> multi_gpu.Spread:
+        """How the server spreads the model over `visible` GPUs (None: as its environment gives)
+        at this setting of its flags; ValueError for flags it cannot read."""
+        return multi_gpu.as_given(visible)
+
     # ------------------------------------------------------------------ identity
     async def identity(self, get: Get) -> dict:
         """What the server says it is, small enough to store with a run. Reads answers
         defensively (a field of the wrong type is left out, never raised on)."""
+        return {}
+
+    version_keys: tuple[str, ...] = ("version",)  # where its identity holds the version it says it is
+    version_source = "its /version"  # where that came from, in prose
+
+    def served_version(self, identity: dict) -> str:
+        """The version the server said it was in its stored identity; "" when it said none."""
+        for key in self.version_keys:
+            value = identity.get(key)
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool) and str(value):
+                return str(value)[:100]
+        return ""
+
+    def reported_flags(self, identity: dict) -> dict:
+        """Settings the server reported of itself that read as launch flags (history shows them
+        beside the declared flags)."""
         return {}
 
     context_hint = ""  # how to give a request more context on this server, said when one does not fit
@@ -257,6 +284,21 @@ class Backend:
     def positional_models(self, args: list[str]) -> tuple[str, ...]:
         """Models given without a flag (`vllm serve MODEL`)."""
         return ()
+
+    served_model_flags: tuple[str, ...] = ("--model",)  # the flag that names the model it serves
+
+    def with_model_placeholder(self, args: list[str]) -> tuple[str, list[str]]:
+        """(the model it serves, `args` with the worker's {model} in its place): a launch command
+        made a recipe. ("", args) when no model is named."""
+        hits = flag_values(args, self.served_model_flags)
+        if not hits:
+            return "", list(args)
+        i, model = hits[0]
+        out = list(args)
+        flag, eq, value = args[i].partition("=")
+        joined = args[i].startswith("--") and eq and value == model  # --model=PATH: one word
+        out[i] = f"{flag}={{model}}" if joined else "{model}"
+        return model, out
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"

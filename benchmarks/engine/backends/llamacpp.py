@@ -3,6 +3,8 @@ metrics (only with `--metrics`), its own `timings` in the last chunk and a BOS t
 every prompt."""
 from __future__ import annotations
 
+from benchmarks.engine import multi_gpu
+
 from .base import SAFE_ENV, Backend, register, trim
 
 
@@ -20,12 +22,18 @@ class LlamaCpp(Backend):
     model_flags = ("-m", "--model", "-md", "--model-draft", "--mmproj", "-mu", "--model-url", "--mmproj-url",
                    "-hf", "-hfr", "--hf-repo", "-hfd", "-hfrd", "--hf-repo-draft", "-hfv", "-hfrv", "--hf-repo-v",
                    "-dr", "--docker-repo", "--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled")
+    served_model_flags = ("-m", "--model")
     name_flags = ("--api-key", "-a", "--alias")
     default_host = "127.0.0.1"
     safe_env = SAFE_ENV | {"GGML_CUDA_ENABLE_UNIFIED_MEMORY"}
     # It reads any flag from LLAMA_ARG_<FLAG> (LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_ARG_MODEL) and its
     # log flags from LLAMA_LOG_*: flags by another door, which the allowlist would not see.
     flag_env = ("LLAMA_ARG_", "LLAMA_LOG_")
+
+    spread_flags = multi_gpu.SPLIT_MODE + multi_gpu.TENSOR_SPLIT
+
+    def spread(self, setting, args, visible):
+        return multi_gpu.layer_or_row_split(setting, args, visible)
 
     def request_extras(self, max_tokens: int) -> dict:
         # cache_prompt off: every request's prefill is measured, none reused from a slot.
@@ -71,6 +79,12 @@ class LlamaCpp(Backend):
             n_ctx = sorted({s.get("n_ctx") for s in slots if isinstance(s, dict) and s.get("n_ctx")})
             out["slots"] = {"count": len(slots), "n_ctx": n_ctx[0] if len(n_ctx) == 1 else n_ctx}
         return out
+
+    version_keys = ("build_info",)
+    version_source = "its /props"
+
+    def reported_flags(self, identity: dict) -> dict:
+        return {k: identity[k] for k in ("n_ctx", "total_slots") if identity.get(k) is not None}
 
     context_hint = " (llama-server shares -c across its --parallel slots: give -c at least slots × tokens per request)"
 

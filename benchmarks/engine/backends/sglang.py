@@ -20,6 +20,7 @@ class SGLang(Backend):
 
     # Its command line (server_args.py).
     model_flags = ("--model-path", "--model", "--tokenizer-path", "--speculative-draft-model-path")
+    served_model_flags = ("--model-path", "--model")
     name_flags = ("--api-key", "--served-model-name")
     config_flags = ("--config",)  # a YAML file of flags
     default_host = "127.0.0.1"
@@ -55,6 +56,8 @@ class SGLang(Backend):
             out["version"] = server.get("version")
             out["server_info"] = {k: server[k] for k in SERVER_INFO_KEYS if k in server and k != "version"}
         return out
+
+    version_source = "its /get_server_info"
 
     context_hint = " (raise --context-length)"
 

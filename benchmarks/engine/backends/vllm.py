@@ -2,6 +2,8 @@
 renamed)."""
 from __future__ import annotations
 
+from benchmarks.engine import multi_gpu
+
 from .base import SAFE_ENV, Backend, register
 
 
@@ -21,8 +23,19 @@ class VLLM(Backend):
                            "VLLM_DO_NOT_TRACK", "VLLM_CACHE_ROOT", "VLLM_ATTENTION_BACKEND", "VLLM_USE_V1",
                            "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_LOGGING_LEVEL", "VLLM_ALLOW_LONG_MAX_MODEL_LEN"}
 
+    spread_flags = multi_gpu.TENSOR_PARALLEL + multi_gpu.PIPELINE_PARALLEL
+    spread_needs_its_gpus = True  # tensor x pipeline workers, one GPU each, or it does not start
+
+    def spread(self, setting, args, visible):
+        return multi_gpu.tensor_times_pipeline(setting, args)
+
     def positional_models(self, args: list[str]) -> tuple[str, ...]:
         return tuple(args[i + 1] for i, a in enumerate(args[:-1]) if a == "serve" and not args[i + 1].startswith("-"))
+
+    def with_model_placeholder(self, args: list[str]) -> tuple[str, list[str]]:
+        if args[:1] == ["serve"] and len(args) > 1 and not args[1].startswith("-"):  # `vllm serve MODEL`
+            return args[1], ["serve", "{model}", *args[2:]]
+        return super().with_model_placeholder(args)
 
     def request_extras(self, max_tokens: int) -> dict:
         return {"ignore_eos": True, "min_tokens": max_tokens}
