@@ -26,7 +26,7 @@ MAX_POINTS = 2000  # levels drawn on one history page
 
 def gpu_label(endpoint: Endpoint) -> str:
     """ "2× Tesla V100-SXM2-32GB": the endpoint's GPUs, else its host's, else the host itself."""
-    gpus = list(endpoint.gpus.all()) or list(endpoint.host.gpus.all())
+    gpus = endpoint.serving_gpus()
     if not gpus:
         return f"host {endpoint.host.name}"
     names: dict[str, int] = {}

@@ -14,7 +14,7 @@ from django.utils.text import slugify
 
 from benchmarks.engine import backends, load_modes, multi_gpu
 from benchmarks.engine.addresses import AddressPolicy
-from benchmarks.engine.client import Load, Target, Workload
+from benchmarks.engine.client import Finding, Load, Target, Workload
 from benchmarks.engine.arrivals import ArrivalPattern
 from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import Dataset
@@ -240,6 +240,12 @@ class Endpoint(AlertSettings):
     @property
     def has_api_key(self) -> bool:
         return bool(self.api_key)
+
+    def serving_gpus(self) -> list["Gpu"]:
+        """The GPUs it serves from: its own (registered, or given by the lab), else its host's
+        (the one definition: history's GPU label, the comparisons and the decision page read it).
+        Prefetch gpus and host__gpus when reading many."""
+        return list(self.gpus.all()) or list(self.host.gpus.all())
 
     @property
     def launch_command_shown(self) -> str:
@@ -652,6 +658,14 @@ class Run(models.Model):
     def arrival_settings(self) -> ArrivalPattern:
         """How its levels are sent, in a mode that sends at rates (else Poisson, unused)."""
         return self.load.arguments()["arrival_pattern"] or ArrivalPattern()
+
+    def preflight_findings(self, endpoint_id) -> list[Finding] | None:
+        """What the preflight found on that endpoint, in order; None when it never checked it
+        (the one reader of `preflight`)."""
+        stored = (self.preflight or {}).get(str(endpoint_id))
+        if not isinstance(stored, list):
+            return None
+        return [f for f in map(Finding.from_dict, stored) if f is not None]
 
     def server_identity(self, endpoint_id) -> StoredIdentity:
         """What it kept of that endpoint's server (the one reader of `server_config`)."""

@@ -23,6 +23,7 @@ from benchmarks import csv_cells
 from benchmarks.engine.catalogue import (ACROSS_TRIALS, GPU_SIDE_BY_SIDE, METRICS, REQUEST_CSV, RESULTS_TABLE, SLO_SEARCH,
                                          Figure, definitions, figure)
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
+from benchmarks.engine.client import Finding
 from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine import load_modes
 from benchmarks.engine.load_modes.concurrency import ConcurrencySweep
@@ -364,11 +365,12 @@ def run_failure_count(run: Run) -> int:
     return RequestRecord.objects.filter(level__run=run).exclude(error="").count()
 
 
-def run_preflight(run: Run, *, hide_addresses: bool = False) -> list[tuple[Endpoint, list[dict]]]:
-    # Stored by endpoint id (internal); shown by endpoint.
+def run_preflight(run: Run, *, hide_addresses: bool = False) -> list[tuple[Endpoint, list[Finding]]]:
+    """Per endpoint the preflight checked, in the order it checked them, what it found."""
     endpoints = {str(e.id): e for e in run.endpoints.all()}
     blank = address_hider(endpoints.values(), hide_addresses)
-    return [(endpoints[k], blank(v)) for k, v in run.preflight.items() if k in endpoints]
+    checked = [(endpoints[k], run.preflight_findings(k)) for k in run.preflight if k in endpoints]
+    return [(e, [replace(f, detail=blank(f.detail)) for f in found]) for e, found in checked if found is not None]
 
 
 def config_text(value) -> str:
@@ -566,7 +568,7 @@ def quality_csv(run: Run, *, hide_addresses: bool = False) -> str:
 # ---------------------------------------------------------------- series for charts and comparisons
 def endpoint_gpu(endpoint: Endpoint) -> tuple[str | None, int]:
     """GPU model and count an endpoint runs on: its own GPUs if set, else its host's."""
-    gpus = list(endpoint.gpus.all()) or list(endpoint.host.gpus.all())
+    gpus = endpoint.serving_gpus()
     if not gpus:
         return None, endpoint.tensor_parallel_size or 1
     used = len(endpoint.gpus.all()) or endpoint.tensor_parallel_size or 1
@@ -822,7 +824,8 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
                              "tensor_parallel_size": e.tensor_parallel_size,
                              "server_config": blank(server_config_shown(run.server_config.get(str(e.id)),
                                                                         hide_addresses)),
-                             "preflight": blank(run.preflight.get(str(e.id)))}
+                             "preflight": blank(None if (found := run.preflight_findings(e.id)) is None
+                                                else [f.to_dict() for f in found])}
     return {
         "format": "v100site-run", "version": EXPORT_VERSION, "public_id": run.public_id, "title": run.title,
         "status": run.status, "created": run.created.isoformat(),

@@ -490,7 +490,7 @@ def _gpus_to_sample(endpoint: Endpoint) -> tuple[list[int] | None, str]:
     if settings.WORKER_HOST != endpoint.host.name:
         return None, (f"not sampled: the worker runs on {settings.WORKER_HOST}, the endpoint on "
                       f"{endpoint.host.name}")
-    indices = sorted(g.index for g in endpoint.gpus.all()) or sorted(g.index for g in endpoint.host.gpus.all())
+    indices = sorted(g.index for g in endpoint.serving_gpus())
     return indices or [0], ""
 
 

@@ -132,7 +132,7 @@ def _candidate_q() -> Q:
 def endpoint_gpu(endpoint: Endpoint) -> Gpu | None:
     """The GPU an endpoint serves from: its own first GPU, else its host's first GPU; None when
     that GPU has no name or valid compute capability. Expects gpus prefetched."""
-    gpus = list(endpoint.gpus.all()) or list(endpoint.host.gpus.all())[:1]
+    gpus = endpoint.serving_gpus()
     if gpus and gpus[0].name and parse_cc(gpus[0].compute_capability):
         return gpus[0]
     return None

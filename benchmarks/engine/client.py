@@ -115,6 +115,13 @@ class Finding:
     def to_dict(self) -> dict:
         return {"check": self.check, "ok": self.ok, "detail": self.detail}
 
+    @classmethod
+    def from_dict(cls, data) -> "Finding | None":
+        """A stored finding; None for anything `to_dict` did not write."""
+        if not isinstance(data, dict) or not isinstance(data.get("check"), str):
+            return None
+        return cls(data["check"], data.get("ok") is True, str(data.get("detail") or ""))
+
 
 @dataclass
 class Preflight:

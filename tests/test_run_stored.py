@@ -1,0 +1,29 @@
+"""A run's stored per-endpoint records read through their one reader each: the preflight's
+findings (Run.preflight_findings) on the run page and in the export."""
+import pytest
+from django.urls import reverse
+
+from benchmarks import selectors
+from benchmarks.engine.client import Finding
+from factories import endpoint, measured_run, user
+
+
+@pytest.mark.django_db
+def test_the_preflight_is_read_in_order_and_what_it_did_not_write_is_skipped(client):
+    e, other = endpoint(name="checked"), endpoint(name="never-checked", url="http://127.0.0.1:10")
+    run = measured_run([e, other], levels=(1,), requests=2, tokens=4, owner=user())
+    run.preflight = {str(e.id): [{"check": "health", "ok": True, "detail": "200 from http://127.0.0.1:9/health"},
+                                 "junk", {"ok": False}, {"check": "model", "ok": "yes", "detail": None}]}
+    run.save(update_fields=["preflight"])
+    assert run.preflight_findings(e.id) == [Finding("health", True, "200 from http://127.0.0.1:9/health"),
+                                            Finding("model", False, "")]  # "yes" is no True
+    assert run.preflight_findings(other.id) is None
+    shown = selectors.run_preflight(run, hide_addresses=True)
+    assert [(en.name, [f.check for f in found]) for en, found in shown] == [("checked", ["health", "model"])]
+    assert "127.0.0.1:9" not in shown[0][1][0].detail
+    export = selectors.run_export(run, hide_addresses=False)
+    client.force_login(run.owner)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "health" in page and "200 from http://127.0.0.1:9/health" in page
+    assert export["endpoints"]["never-checked"]["preflight"] is None
+    assert export["endpoints"]["checked"]["preflight"][1] == {"check": "model", "ok": False, "detail": ""}
