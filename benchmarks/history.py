@@ -36,11 +36,7 @@ def gpu_label(endpoint: Endpoint) -> str:
 
 
 def workload_shape(run: Run) -> dict:
-    return {"api": run.api, "prompt_tokens": run.prompt_tokens, "output_tokens": run.output_tokens,
-            "temperature": run.temperature, "load_mode": run.load_mode, **run.load.comparable_shape(),
-            "requests_per_level": run.requests_per_level, "duration_s": run.duration_s,
-            "warmup_requests": run.warmup_requests, "dataset": run.dataset or {},
-            "arrival_pattern": run.arrival_pattern or {}, "conversation": run.conversation or {}}
+    return run.plan.comparable_shape()
 
 
 def workload_fingerprint(run: Run, endpoint: Endpoint) -> str:

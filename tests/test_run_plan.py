@@ -33,7 +33,12 @@ def test_the_plan_a_form_builds_is_the_one_its_run_and_a_template_give_back(case
     arguments = form.run_arguments()
     plan = arguments["plan"]
     run = services.run_create(owner=user(), **arguments)
-    assert Run.objects.get(id=run.id).plan == plan  # the columns' one reader gives back what was written
+    stored_run = Run.objects.get(id=run.id)
+    assert stored_run.plan == plan  # the columns' one reader gives back what was written
+    # history compares by the plan's shape: the stored typed settings as they were written
+    shape = stored_run.plan.comparable_shape()
+    assert (shape["dataset"], shape["arrival_pattern"], shape["conversation"]) == (
+        stored_run.dataset, stored_run.arrival_pattern, stored_run.conversation)
     stored = json.loads(json.dumps(plan.to_dict()))  # as a JSON column keeps it
     assert RunPlan.from_dict(stored) == plan
     again = schedules.template_kwargs(json.loads(json.dumps(schedules.template_from_run(run))))

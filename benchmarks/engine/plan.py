@@ -193,6 +193,16 @@ class RunPlan:
     def with_sweep(self, sweep: dict) -> "RunPlan":
         return replace(self, sweep={str(k): v for k, v in sweep.items()})
 
+    def comparable_shape(self) -> dict:
+        """What two runs must share for history to compare their levels (the workload's part of
+        the fingerprint: change it and no earlier run compares)."""
+        w, load = self.workload, self.load.columns()
+        return {"api": w.api, "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
+                "temperature": w.temperature, "load_mode": self.load.name, **self.load.comparable_shape(),
+                "requests_per_level": w.requests_per_level, "duration_s": w.duration_s,
+                "warmup_requests": w.warmup_requests, "dataset": w.dataset.to_dict() if w.dataset else {},
+                "arrival_pattern": load["arrival_pattern"] or {}, "conversation": load["conversation"] or {}}
+
     # ------------------------------------------------------------ what it asks of the site
     def levels_per_endpoint(self) -> int:
         """Levels one endpoint measures, every trial counted (an SLO search: its most probes)."""
