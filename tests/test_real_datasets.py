@@ -86,5 +86,12 @@ def test_a_shared_prefix_hits_the_prompt_cache_and_lowers_ttft(llama_swa_full):
     assert all(r.timings["cache_n"] == 0 for r in fresh.results)  # cache_prompt off without sharing
     hit_ttft = statistics.median(r.ttft for r in shared.results[1:])
     miss_ttft = statistics.median(r.ttft for r in fresh.results)
-    print(f"median TTFT: {hit_ttft * 1000:.1f} ms with a cached 240-token prefix, {miss_ttft * 1000:.1f} ms without")
-    assert hit_ttft < 0.5 * miss_ttft
+    hit_ms = statistics.median(r.timings["prompt_ms"] for r in shared.results[1:])
+    miss_ms = statistics.median(r.timings["prompt_ms"] for r in fresh.results)
+    print(f"median TTFT: {hit_ttft * 1000:.1f} ms with a cached 240-token prefix, {miss_ttft * 1000:.1f} ms without; "
+          f"the server's prompt time {hit_ms:.1f} ms and {miss_ms:.1f} ms")
+    # The server computes 16 of 256 prompt tokens: its own prompt time falls by far more than half
+    # (its clock, not the client's: a busy 2-core machine adds the same scheduling delay to both
+    # TTFTs), and the TTFT a client sees falls with it.
+    assert hit_ms < 0.5 * miss_ms
+    assert hit_ttft < miss_ttft

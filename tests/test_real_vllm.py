@@ -81,7 +81,18 @@ def test_the_engine_measures_real_vllm(vllm_server):
         await s.prepare(pf.model)
         assert s.prompts.pool, "prompts are built with the server's own /tokenize"
         assert s.prompts.offset == 0, "Qwen2 adds no BOS: token ids go through as sent"
-        outcomes = [await s.measure(Load(concurrency=c, requests=6)) for c in (1, 4)]
+        outcomes = []
+        for c in (1, 4):
+            for attempt in range(1, MAX_ATTEMPTS + 1):
+                outcome = await s.measure(Load(concurrency=c, requests=6))
+                lag = outcome.client.get("loop_lag_ms_max") or 0
+                # Chunks read after a stall of this client's loop arrive together (a time per
+                # output token of 0): the product flags such a level; measure it again.
+                if all(r.tpot is None or r.tpot > 0.001 for r in outcome.results) or lag <= STALL_MS \
+                        or attempt == MAX_ATTEMPTS:
+                    break
+                print(f"\nvLLM c={c}: client stalled {lag:.0f} ms, measuring again")
+            outcomes.append(outcome)
         await s.close()
         return outcomes
 
