@@ -21,12 +21,9 @@ import io
 
 from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure, shown
 from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
-from benchmarks.engine.stats import welch
+from benchmarks.engine.differences import judge
 from benchmarks.engine.validity import FLAG_NAMES
 
-# One run of an endpoint differs from the next on a shared host by this much (a stated default until
-# the endpoint's own trials give its spread): with one trial a side, a smaller ratio names no winner.
-ONE_TRIAL_NOISE_PCT = 10.0
 # A level measured while something else competed for the host, the client or the server: its
 # figures are the basis of no sentence that names a winner.
 CONTENDED = ("host_busy", "client_saturated", "server_busy")
@@ -183,7 +180,7 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     trials on both sides a winner is named only when Welch's t-test finds the difference
     significant at 5 % (`significant` True); otherwise the sentence says there is no
     significant difference, with n. With one trial on each side a winner is named only beyond
-    the run-to-run noise (ONE_TRIAL_NOISE_PCT), said as untested (`significant` None). A level
+    the run-to-run noise (engine/differences.py), said as untested (`significant` None). A level
     measured while the host, the client or the server was contended names no winner."""
     a, b = xl.get(f), yl.get(f)
     if not a or not b:
@@ -204,34 +201,36 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     if ratio == _times(1, 1):  # within half a percent: no winner to name
         return {**base, "text": f"{f.label} is the same for {x['label']} and {y['label']} {where} "
                                 f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted})."}
-    if nx == 1 and ny == 1 and max(a, b) / min(a, b) < 1 + ONE_TRIAL_NOISE_PCT / 100:
+    d = judge(_trial_values(xl, f, a), _trial_values(yl, f, b))
+    if d is None:  # no positive figure on a side: nothing to compare
+        return None
+    if d.significant is False:
+        return {**base, "significant": False,
+                "text": f"No significant difference in {f.label} between {x['label']} and {y['label']} {where} "
+                        f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}, means of n={nx} and n={ny} trials; "
+                        f"Welch's t-test, 5 %)."}
+    if not d.clear:
         published = [s["label"] for s in (x, y) if s.get("kind") in ("published", "imported")]
         unknown = (f"; the {'published' if len(published) == 1 else 'imported'} figure's own uncertainty is not known"
                    if published else "")
         return {**base, "significant": False,
                 "text": f"No clear difference in {f.label} between {x['label']} and {y['label']} {where} "
-                        f"({_times(max(a, b), min(a, b))}, {both}): within the ±{ONE_TRIAL_NOISE_PCT:g} % one run "
-                        f"of an endpoint varies from the next on a shared host{unknown}; several trials a side "
+                        f"({_times(max(a, b), min(a, b))}, {both}): {d.why()}{unknown}; several trials a side "
                         f"would settle it."}
-    test = welch(xl.samples.get(f.name, ()), yl.samples.get(f.name, ())) if nx > 1 and ny > 1 else None
-    if test is not None and not test.significant:
-        return {**base, "significant": False,
-                "text": f"No significant difference in {f.label} between {x['label']} and {y['label']} {where} "
-                        f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted}, means of n={nx} and n={ny} trials; "
-                        f"Welch's t-test, 5 %)."}
     phrase = m.phrase or ("{winner} has a {ratio} lower {what} than {loser}" if m.lower_is_better
                           else "{winner} has a {ratio} higher {what} than {loser}")
     text = phrase.format(winner=winner["label"], loser=loser["label"], ratio=ratio, what=f.label)
-    if test is not None:
-        note = f"; significant, Welch's t-test at 5 %, n={nx} and n={ny} trials"
-    elif nx > 1 or ny > 1:
-        note = f"; not tested for significance: n={nx} and n={ny} trials, and one trial has no spread to test"
-    else:
-        note = ""
+    note = f"; significant, {d.why()}" if d.significant else (f"; {d.why()}" if d.why() else "")
     # The numbers in the order the phrase names the series: the winner's first.
-    return {**base, "significant": True if test is not None else None,
+    return {**base, "significant": d.significant,
             "text": f"{text} {where} ({w:.{m.digits}f} vs {lo:.{m.digits}f} {f.quoted}{note}).",
             "values": [w, lo], "labels": [winner["label"], loser["label"]]}
+
+
+def _trial_values(point: Point, f: Figure, value: float) -> list[float]:
+    """A side's value per trial where it has several, else its one value."""
+    samples = [v for v in point.samples.get(f.name, ()) if v is not None]
+    return samples if point.trials > 1 and len(samples) > 1 else [value]
 
 
 # ---------------------------------------------------------------- start-up

@@ -13,6 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from benchmarks.engine import launcher
+from benchmarks.engine.differences import NOISE_PCT
 from benchmarks.models import Host, LevelResult, Run, ServerLaunch, ServerRecipe
 from conftest import LLM_SERVERS, spawn_worker, stop_worker, worker_env
 from factories import execute_in_process, user, queue_run
@@ -154,8 +155,17 @@ def test_a_sweep_over_parallel_starts_measures_and_stops_three_llama_servers(lab
         row = row[:row.index("</tr>")]
         assert f"<td>{launch.figures.health_s:,.2f}</td>" in row and "MiB RSS" in row
         assert f"{launch.endpoint.levels.get(run=run, level_index=1).stats.stat('aggregate_tok_s'):.1f}" in row
-    best = max(LevelResult.objects.filter(run=run), key=lambda lv: lv.stats.stat("aggregate_tok_s"))
-    assert f"<strong>llama-q4</strong> --parallel {best.endpoint.launch_flags['--parallel']} at" in page
+    # The best setting is named only when it beats the next one by more than the stated run-to-run
+    # noise (one trial each); else the page says there is no clear best, naming the top one first.
+    top = {}
+    for lv in LevelResult.objects.filter(run=run).select_related("endpoint"):
+        top[lv.endpoint_id] = max(top.get(lv.endpoint_id, (0.0, lv))[0], lv.stats.stat("aggregate_tok_s")), lv
+    (first, best), (second, _) = sorted(top.values(), key=lambda t: -t[0])[:2]
+    setting = f"--parallel {best.endpoint.launch_flags['--parallel']} at"
+    if first / second >= 1 + NOISE_PCT / 100:
+        assert f"<strong>llama-q4</strong> {setting}" in page
+    else:
+        assert f'<strong>llama-q4</strong>: <span class="no-clear-best">no clear best</span>, {setting}' in page
     assert "resident memory (RSS)" in page and "Command lines" not in page  # anonymous: no commands
 
 

@@ -4,6 +4,7 @@ not start did not, and each recipe's best setting."""
 from __future__ import annotations
 
 from benchmarks.engine import catalogue
+from benchmarks.engine.differences import judge
 from benchmarks.engine.launcher import MemoryReading
 from benchmarks.engine.stats import estimate
 from benchmarks.models import LevelResult, Run
@@ -21,7 +22,8 @@ def memory_text(reading: MemoryReading) -> str:
 def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False) -> dict | None:
     """The run's launches as rows, the load levels as columns, and each recipe's best setting:
     the highest goodput among its measured levels when the run has SLOs, else the highest
-    aggregate throughput. None for a run without recipes. `blank` hides addresses in log lines."""
+    aggregate throughput, named only beyond the noise against the next setting (`_best_row`).
+    None for a run without recipes. `blank` hides addresses in log lines."""
     launches = list(run.launches.select_related("recipe", "endpoint"))
     if not launches:
         return None
@@ -32,7 +34,7 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
         levels.setdefault(level.endpoint_id, {}).setdefault(level.level_index, []).append(level)
     best_figure = catalogue.SWEEP_BEST_SLO if run.slo else catalogue.SWEEP_BEST
     loads = [load.label for load in run.loads()]
-    rows, best = [], {}
+    rows, tops = [], {}  # recipe -> launch -> its highest level: (launch, value, level, its trials)
     for launch in launches:
         f = launch.figures
         by_index = levels.get(launch.endpoint_id, {})
@@ -45,8 +47,9 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
                 cells.append("—" if value is None else f"{value * fig.metric.scale:.{fig.metric.digits}f}")
             if level is not None:
                 value = _mean(trials, best_figure)
-                if value is not None and value > best.get(launch.recipe_id, (None, -1.0, None))[1]:
-                    best[launch.recipe_id] = (launch, value, level)
+                if value is not None and value > tops.setdefault(launch.recipe_id, {}).get(
+                        launch.id, (None, -1.0))[1]:
+                    tops[launch.recipe_id][launch.id] = (launch, value, level, trials)
         rows.append({
             "launch": launch, "recipe": launch.recipe.name, "setting": launch.label or "as the recipe says",
             "report": f, "cells": cells, "starts": len(f.earlier_starts) + (1 if f.pid else 0),
@@ -57,17 +60,37 @@ def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False
             "command": "" if hide_addresses else f.command, "log_tail": blank(f.log_tail),
             "cause_line": blank(f.cause.line), "refusal": blank(f.refusal), "failure": blank(f.failure),
             "failed": launch.status in ("refused", "did_not_start")})
-    best_rows = []
-    for launch, value, level in best.values():
-        m = best_figure.metric
-        best_rows.append({"recipe": launch.recipe.name, "setting": launch.label or "as the recipe says",
-                          "load": level.load_label, "value": f"{value * m.scale:.{m.digits}f}",
-                          "level_id": level.public_id})
+    best_rows = [_best_row(sorted(by_launch.values(), key=lambda t: -t[1]), best_figure)
+                 for by_launch in tops.values()]
+    named = {b["launch_id"] for b in best_rows if b["clear"]}
     for row in rows:
-        row["best"] = any(b[0].id == row["launch"].id for b in best.values())
+        row["best"] = row["launch"].id in named
     return {"rows": rows, "loads": loads, "figures": catalogue.SWEEP_TABLE, "best": best_rows,
             "startup": {"health": HEALTH, "first_token": FIRST_TOKEN, "memory": MEMORY},
             "best_figure": best_figure, "unstarted": [r for r in rows if r["failed"]]}
+
+
+def _best_row(ranked: list[tuple], fig: catalogue.Figure) -> dict:
+    """A recipe's best setting: its settings ranked by their highest level's `fig`, the top one
+    named best only when it beats the next beyond the noise the trials carry
+    (engine/differences.py); else both, and why no best is named."""
+    m = fig.metric
+
+    def said(launch, value, level) -> dict:
+        return {"setting": launch.label or "as the recipe says", "load": level.load_label,
+                "value": f"{value * m.scale:.{m.digits}f}", "level_id": level.public_id}
+
+    launch, value, level, trials = ranked[0]
+    row = {"recipe": launch.recipe.name, "launch_id": launch.id, **said(launch, value, level), "clear": True,
+           "runner_up": None, "why": ""}
+    if len(ranked) > 1:
+        other, other_value, other_level, other_trials = ranked[1]
+        d = judge([lv.stats.stat(fig.key, fig.stat) for lv in trials],
+                  [lv.stats.stat(fig.key, fig.stat) for lv in other_trials])
+        if d is not None:
+            row.update(clear=d.clear, runner_up=said(other, other_value, other_level), why=d.why(),
+                       ratio=f"{d.ratio:.2f}×")
+    return row
 
 
 def _mean(trials: list[LevelResult], fig: catalogue.Figure) -> float | None:

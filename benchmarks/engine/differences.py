@@ -1,0 +1,64 @@
+"""Whether two measured figures differ by more than the noise they carry: the one rule behind
+every sentence that names a winner (comparisons, the lab's best setting). Django-free.
+
+With two trials or more on each side, Welch's t-test at 5 % decides. With one trial on either
+side there is no spread to test: a winner is named only beyond the run-to-run noise one endpoint
+shows on a shared host (NOISE_PCT, a stated default), and said to be untested.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from benchmarks.engine.stats import welch
+
+# One run of an endpoint differs from the next on a shared host by this much (a stated default until
+# the endpoint's own trials give its spread): with one trial a side, a smaller ratio names no winner.
+NOISE_PCT = 10.0
+
+
+@dataclass(frozen=True)
+class Difference:
+    a: float  # the mean of each side's trials
+    b: float
+    n: tuple[int, int]  # trials a side
+    clear: bool  # a winner may be named
+    significant: bool | None  # Welch's verdict with trials on both sides; None: untested (one trial)
+
+    @property
+    def ratio(self) -> float:
+        """The larger over the smaller (≥ 1)."""
+        return max(self.a, self.b) / min(self.a, self.b)
+
+    @property
+    def a_is_larger(self) -> bool:
+        return self.a >= self.b
+
+    def why(self, noise_pct: float = NOISE_PCT) -> str:
+        """The test behind the verdict, in words ("" for a clear, untested one-trial difference)."""
+        na, nb = self.n
+        if self.significant is not None:
+            return f"Welch's t-test at 5 %, n={na} and n={nb} trials"
+        if not self.clear:
+            return f"within the ±{noise_pct:g} % one run of an endpoint varies from the next on a shared host"
+        if na > 1 or nb > 1:
+            return f"not tested for significance: n={na} and n={nb} trials, and one trial has no spread to test"
+        return ""
+
+
+def judge(a: Sequence[float | None], b: Sequence[float | None], noise_pct: float = NOISE_PCT) -> Difference | None:
+    """The difference between two sides' trial values (each a figure of one trial); None when
+    either side has no positive value to compare."""
+    a = [float(v) for v in a if v is not None]
+    b = [float(v) for v in b if v is not None]
+    if not a or not b:
+        return None
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    if ma <= 0 or mb <= 0:
+        return None
+    test = welch(a, b) if len(a) > 1 and len(b) > 1 else None
+    if test is not None:
+        return Difference(ma, mb, (len(a), len(b)), clear=test.significant, significant=test.significant)
+    beyond = max(ma, mb) / min(ma, mb) >= 1 + noise_pct / 100
+    return Difference(ma, mb, (len(a), len(b)), clear=beyond, significant=None)

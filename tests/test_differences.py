@@ -1,0 +1,60 @@
+"""The one rule behind every sentence that names a winner (engine/differences.py), on data of
+known noise: seeded Gaussian trials, so every count below is the same on every machine."""
+import random
+from types import SimpleNamespace
+
+from benchmarks.engine import catalogue
+from benchmarks.engine.differences import NOISE_PCT, judge
+from benchmarks.lab.selectors import _best_row
+
+PAIRS = 1000
+
+
+def trials(rng, mean, noise_pct, n):
+    return [rng.gauss(mean, mean * noise_pct / 100) for _ in range(n)]
+
+
+def test_a_small_shift_is_never_a_winner_and_a_large_one_always_is():
+    rng = random.Random(31)
+    for _ in range(200):
+        # 2 % apart within 3 % noise, one trial a side: below the stated run-to-run noise
+        a, b = trials(rng, 100, 3, 1), trials(rng, 102, 3, 1)
+        d = judge(a, b)
+        assert d.clear is (d.ratio >= 1 + NOISE_PCT / 100)
+        assert judge(trials(rng, 100, 3, 1), trials(rng, 200, 3, 1)).clear  # 2×: always named
+        assert judge(trials(rng, 100, 3, 3), trials(rng, 200, 3, 3)).significant is True
+    assert not judge([100.0], [102.0]).clear and judge([100.0], [102.0]).significant is None
+    assert "within the ±10 %" in judge([100.0], [102.0]).why()
+
+
+def test_false_positives_stay_at_or_below_5_percent_and_power_is_at_least_90_percent():
+    rng = random.Random(2026)
+    for n in (1, 3, 5):  # trials a side
+        false = sum(judge(trials(rng, 100, 3, n), trials(rng, 100, 3, n)).clear for _ in range(PAIRS))
+        print(f"same distribution, 3 % noise, {n} trial(s) a side: {false} of {PAIRS} named a winner")
+        assert false <= 0.05 * PAIRS
+    # the stated effect size: a 10 % shift at 3 % noise, five trials a side (Welch's t-test)
+    found = sum(judge(trials(rng, 100, 3, 5), trials(rng, 110, 3, 5)).clear for _ in range(PAIRS))
+    print(f"10 % shift, 3 % noise, 5 trials a side: named {found} of {PAIRS} times")
+    assert found >= 0.90 * PAIRS
+
+
+def _setting(label, values, launch_id):
+    recipe = SimpleNamespace(name="llama-q4")
+    launch = SimpleNamespace(id=launch_id, label=label, recipe=recipe)
+    levels = [SimpleNamespace(load_label="c=2", public_id=f"lv-{launch_id}-{i}",
+                              stats=SimpleNamespace(stat=lambda key, stat, v=v: v)) for i, v in enumerate(values)]
+    return launch, sum(values) / len(values), levels[0], levels
+
+
+def test_the_labs_best_setting_is_named_only_beyond_the_noise():
+    fig = catalogue.SWEEP_BEST
+    close = _best_row([_setting("--parallel 4", [4.8], 1), _setting("--parallel 2", [4.6], 2)], fig)
+    assert not close["clear"] and close["runner_up"]["setting"] == "--parallel 2" and "±10 %" in close["why"]
+    far = _best_row([_setting("--parallel 4", [9.6], 1), _setting("--parallel 1", [4.6], 2)], fig)
+    assert far["clear"] and far["setting"] == "--parallel 4" and far["ratio"] == "2.09×"
+    # with trials, Welch decides: 4.8 ± 0.05 against 4.6 ± 0.05 over 3 trials is a difference
+    tight = _best_row([_setting("a", [4.75, 4.8, 4.85], 1), _setting("b", [4.55, 4.6, 4.65], 2)], fig)
+    assert tight["clear"] and "Welch" in tight["why"]
+    alone = _best_row([_setting("only", [4.8], 1)], fig)
+    assert alone["clear"] and alone["runner_up"] is None
