@@ -77,3 +77,43 @@ def test_a_request_past_a_slots_share_of_the_context_is_refused_before_any_is_se
     assert not refused.ok and "1100 tokens" in refused.detail and "the 1024 tokens" in refused.detail
     assert "--parallel" in refused.detail
     assert asyncio.run(check(900, 100)).ok
+
+
+def test_server_busy_is_raised_only_while_someone_else_is_sending(llama_server):
+    """The run's own warm-up and connection-opening requests leave no server_busy; a second
+    client streaming a long answer while a level starts does."""
+    import httpx
+
+    from benchmarks.engine.observe import measure_observed
+    from benchmarks.engine.validity import level_flags
+
+    async def level(other_client: bool) -> tuple[list[str], object]:
+        wl = Workload(prompt_tokens=32, output_tokens=8, warmup_requests=2)
+        s = Session(Target(llama_server, "llamacpp"), wl, loads=[Load(concurrency=2, requests=4)])
+        pf = await s.preflight()
+        assert pf.ok, pf.cause
+        await s.prepare(pf.model)
+        stranger = None
+        if other_client:
+            async def send():
+                async with httpx.AsyncClient(timeout=120) as c:
+                    await c.post(llama_server + "/completion", json={"prompt": "Once upon a time", "n_predict": 400,
+                                                                     "ignore_eos": True, "cache_prompt": False})
+            stranger = asyncio.create_task(send())
+            for _ in range(100):  # until the server counts it
+                async with httpx.AsyncClient() as c:
+                    if "llamacpp:requests_processing 1" in (await c.get(llama_server + "/metrics")).text:
+                        break
+                await asyncio.sleep(0.05)
+        outcome, _, server = await measure_observed(s, Load(concurrency=2, requests=4))
+        if stranger is not None:
+            stranger.cancel()
+        await s.close()
+        summary = summarize_level(outcome.results, outcome.wall_s)
+        flags = level_flags(summary, client=outcome.client, server_idle_at_start=server.summary.idle_at_start)
+        return [f.code for f in flags], server.summary
+
+    alone, summary = asyncio.run(level(other_client=False))
+    assert "server_busy" not in alone and summary.idle_at_start is True, (alone, summary)
+    shared, summary = asyncio.run(level(other_client=True))
+    assert "server_busy" in shared and summary.idle_at_start is False, (shared, summary)
