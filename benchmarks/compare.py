@@ -201,7 +201,8 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     if ratio == _times(1, 1):  # within half a percent: no winner to name
         return {**base, "text": f"{f.label} is the same for {x['label']} and {y['label']} {where} "
                                 f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted})."}
-    d = judge(_trial_values(xl, f, a), _trial_values(yl, f, b))
+    d = judge(_trial_values(xl, f, a), _trial_values(yl, f, b),
+              intervals=(xl.intervals.get(f.name), yl.intervals.get(f.name)))
     if d is None:  # no positive figure on a side: nothing to compare
         return None
     if d.significant is False:
@@ -215,8 +216,8 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
                    if published else "")
         return {**base, "significant": False,
                 "text": f"No clear difference in {f.label} between {x['label']} and {y['label']} {where} "
-                        f"({_times(max(a, b), min(a, b))}, {both}): {d.why()}{unknown}; several trials a side "
-                        f"would settle it."}
+                        f"({_times(max(a, b), min(a, b))}, {both}): {d.why()}{unknown}; "
+                        f"{'more requests per level' if d.overlap else 'several trials a side'} would settle it."}
     phrase = m.phrase or ("{winner} has a {ratio} lower {what} than {loser}" if m.lower_is_better
                           else "{winner} has a {ratio} higher {what} than {loser}")
     text = phrase.format(winner=winner["label"], loser=loser["label"], ratio=ratio, what=f.label)

@@ -58,3 +58,40 @@ def test_the_labs_best_setting_is_named_only_beyond_the_noise():
     assert tight["clear"] and "Welch" in tight["why"]
     alone = _best_row([_setting("only", [4.8], 1)], fig)
     assert alone["clear"] and alone["runner_up"] is None
+
+
+def _level(rng, mean, noise_pct, requests, fig):
+    """A one-trial level of `requests` whose per-request values scatter by noise_pct around mean."""
+    from benchmarks.engine.metrics import percentile, percentile_interval
+    from benchmarks.engine.points import Point
+
+    values = trials(rng, mean, noise_pct, requests)
+    q = float(fig.stat.removeprefix("p"))
+    return Point(label="x", concurrency=8, figures={fig.name: percentile(values, q)},
+                 intervals={fig.name: percentile_interval(values, q)})
+
+
+def test_sentences_name_no_winner_from_the_spread_between_requests():
+    from benchmarks.compare import sentence
+
+    fig = next(f for f in catalogue.COMPARED if f.stat == "p50")
+    rng = random.Random(8)
+    for _ in range(200):
+        # 2 % apart in 3 % noise over 8 requests: never a winner
+        s = sentence(fig, {"label": "A"}, _level(rng, 100, 3, 8, fig), {"label": "B"}, _level(rng, 102, 3, 8, fig),
+                     "at 8 concurrent users")
+        assert s["text"].startswith("No clear difference") or " is the same for " in s["text"], s["text"]
+        # 2× apart: always
+        s = sentence(fig, {"label": "A"}, _level(rng, 100, 3, 8, fig), {"label": "B"}, _level(rng, 200, 3, 8, fig),
+                     "at 8 concurrent users")
+        assert s["significant"] is None and s["text"].startswith("B decodes "), s["text"]
+    # 15 % apart (beyond the run-to-run noise) but the requests scatter by 30 %: their intervals
+    # overlap, and the sentence says more requests would settle it
+    named = 0
+    for _ in range(200):
+        s = sentence(fig, {"label": "A"}, _level(rng, 100, 30, 8, fig), {"label": "B"}, _level(rng, 115, 30, 8, fig),
+                     "at 8 concurrent users")
+        named += not (s["text"].startswith("No clear difference") or " is the same for " in s["text"])
+        if "intervals overlap" in s["text"]:
+            assert "more requests per level would settle it" in s["text"]
+    assert named == 0

@@ -2,8 +2,9 @@
 every sentence that names a winner (comparisons, the lab's best setting). Django-free.
 
 With two trials or more on each side, Welch's t-test at 5 % decides. With one trial on either
-side there is no spread to test: a winner is named only beyond the run-to-run noise one endpoint
-shows on a shared host (NOISE_PCT, a stated default), and said to be untested.
+side there is no spread between trials to test: a winner is named only beyond the run-to-run
+noise one endpoint shows on a shared host (NOISE_PCT, a stated default), and, for a percentile,
+only when its 95 % intervals over the two levels' requests are apart; said to be untested.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class Difference:
     n: tuple[int, int]  # trials a side
     clear: bool  # a winner may be named
     significant: bool | None  # Welch's verdict with trials on both sides; None: untested (one trial)
+    overlap: bool = False  # one trial a side: the two percentiles' intervals over requests overlap
 
     @property
     def ratio(self) -> float:
@@ -40,6 +42,8 @@ class Difference:
         na, nb = self.n
         if self.significant is not None:
             return f"Welch's t-test at 5 %, n={na} and n={nb} trials"
+        if self.overlap:
+            return "within the spread between requests: the two percentiles' 95 % intervals overlap"
         if not self.clear:
             return f"within the ±{noise_pct:g} % one run of an endpoint varies from the next on a shared host"
         if na > 1 or nb > 1:
@@ -47,9 +51,12 @@ class Difference:
         return ""
 
 
-def judge(a: Sequence[float | None], b: Sequence[float | None], noise_pct: float = NOISE_PCT) -> Difference | None:
+def judge(a: Sequence[float | None], b: Sequence[float | None], noise_pct: float = NOISE_PCT,
+          intervals: tuple = (None, None)) -> Difference | None:
     """The difference between two sides' trial values (each a figure of one trial); None when
-    either side has no positive value to compare."""
+    either side has no positive value to compare. `intervals`: with one trial a side, each
+    percentile's 95 % interval over its level's requests where known: a winner then also needs
+    them apart (the spread between requests is noise too)."""
     a = [float(v) for v in a if v is not None]
     b = [float(v) for v in b if v is not None]
     if not a or not b:
@@ -61,4 +68,7 @@ def judge(a: Sequence[float | None], b: Sequence[float | None], noise_pct: float
     if test is not None:
         return Difference(ma, mb, (len(a), len(b)), clear=test.significant, significant=test.significant)
     beyond = max(ma, mb) / min(ma, mb) >= 1 + noise_pct / 100
-    return Difference(ma, mb, (len(a), len(b)), clear=beyond, significant=None)
+    ia, ib = intervals
+    overlap = ia is not None and ib is not None and ia[0] <= ib[1] and ib[0] <= ia[1]
+    return Difference(ma, mb, (len(a), len(b)), clear=beyond and not overlap, significant=None,
+                      overlap=overlap and beyond)

@@ -29,9 +29,33 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def percentile_interval(values: Sequence[float], q: float, confidence: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free `confidence` interval of the q-th percentile from order statistics
+    (the ranks a Binomial(n, q/100) count puts the true percentile between, each tail at most
+    (1 - confidence) / 2); None when the requests are too few for one (a p99 needs 368, a p90
+    36, a p50 6). It holds for any shape of distribution, as latencies need."""
+    ordered = sorted(values)
+    n, p, tail = len(ordered), q / 100.0, (1.0 - confidence) / 2
+    if n == 0:
+        return None
+    cdf, below = [], 0.0  # cdf[k] = P(B <= k), the pmf in logs (no underflow at large n)
+    for k in range(n + 1):
+        below += math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                          + (k * math.log(p) if k else 0.0) + ((n - k) * math.log1p(-p) if n - k else 0.0))
+        cdf.append(below)
+    # lowest value below the percentile with probability >= 1 - tail: P(B <= l - 1) <= tail
+    low = max((rank for rank in range(1, n + 1) if cdf[rank - 1] <= tail), default=None)
+    # highest above it likewise: P(B <= u - 1) >= 1 - tail
+    high = min((rank for rank in range(1, n + 1) if cdf[rank - 1] >= 1 - tail), default=None)
+    if low is None or high is None:
+        return None
+    return ordered[low - 1], ordered[high - 1]
+
+
 @dataclass(frozen=True)
 class Distribution:
-    """One metric over a level's requests: count, mean, min, max and p50/p90/p99."""
+    """One metric over a level's requests: count, mean, min, max and p50/p90/p99, and each
+    percentile's 95 % interval over the requests where there are enough (`intervals`)."""
 
     count: int = 0
     mean: float | None = None
@@ -40,22 +64,33 @@ class Distribution:
     p50: float | None = None
     p90: float | None = None
     p99: float | None = None
+    intervals: dict = field(default_factory=dict, hash=False)  # "p50" -> (low, high)
 
     def get(self, stat: str) -> float | int | None:
         return getattr(self, stat, None) if stat in _DISTRIBUTION_FIELDS else None
+
+    def interval(self, stat: str) -> tuple[float, float] | None:
+        """The stat's 95 % interval over the requests; None when too few for one (or stored
+        before intervals were)."""
+        return self.intervals.get(stat)
 
     def to_dict(self) -> dict:
         if not self.count:
             return {"count": 0}
         return {"count": self.count, "mean": self.mean, "min": self.min, "max": self.max,
-                **{f"p{q}": getattr(self, f"p{q}") for q in PERCENTILES}}
+                **{f"p{q}": getattr(self, f"p{q}") for q in PERCENTILES},
+                "intervals": {k: list(v) for k, v in self.intervals.items()}}
 
     @classmethod
     def from_dict(cls, data) -> "Distribution":
         if not isinstance(data, dict) or not data.get("count"):
             return cls()
+        intervals = data.get("intervals") if isinstance(data.get("intervals"), dict) else {}
         return cls(**{k: _number(data.get(k)) for k in _DISTRIBUTION_FIELDS if k != "count"},
-                   count=int(data["count"]))
+                   count=int(data["count"]), intervals={
+                       k: (lo, hi) for k, v in intervals.items() if k in _DISTRIBUTION_FIELDS
+                       and isinstance(v, list) and len(v) == 2
+                       and (lo := _number(v[0])) is not None and (hi := _number(v[1])) is not None})
 
 
 _DISTRIBUTION_FIELDS = ("count", "mean", "min", "max", *(f"p{q}" for q in PERCENTILES))
@@ -72,8 +107,9 @@ def distribution(values: Iterable[float]) -> Distribution:
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return Distribution()
+    intervals = {f"p{q}": i for q in PERCENTILES if (i := percentile_interval(vals, q)) is not None}
     return Distribution(count=len(vals), mean=sum(vals) / len(vals), min=min(vals), max=max(vals),
-                        **{f"p{q}": percentile(vals, q) for q in PERCENTILES})
+                        **{f"p{q}": percentile(vals, q) for q in PERCENTILES}, intervals=intervals)
 
 
 @dataclass
@@ -226,7 +262,7 @@ def request_value(key: str, r: RequestResult) -> float | None:
     return PER_REQUEST[key](r) if r.ok else None
 
 
-SUMMARY_VERSION = 2  # 2: "version" stored, every catalogue metric present; absent: the first rows
+SUMMARY_VERSION = 2  # 2: "version" stored, every catalogue metric present; absent: the first rows (a distribution's "intervals" may be absent: unknown)
 _COUNTS = ("requests", "completed", "failed", "stopped_short", "token_mismatch", "prompt_drift",
            "server_usage_missing", "client_output_tokens", "output_tokens", "prompt_tokens", "good_requests")
 
@@ -266,6 +302,12 @@ class LevelSummary:
 
     def figure(self, f: Figure) -> float | None:
         return self.stat(f.key, f.stat)
+
+    def interval(self, f: Figure) -> tuple[float, float] | None:
+        """A percentile figure's 95 % interval over the level's requests (None: a scalar, or
+        too few requests)."""
+        value = self.value(f.key)
+        return value.interval(f.stat) if isinstance(value, Distribution) and f.stat else None
 
     # The one writer and the one reader of LevelResult.summary.
     def to_dict(self) -> dict:

@@ -35,6 +35,9 @@ class Point:
     # A level measured in several trials: Figure.name -> each trial's value (its figure is their
     # mean); {} for one trial or a stated level.
     samples: dict = field(default_factory=dict)
+    # A level of one trial: Figure.name -> the 95 % interval of its percentile over the level's
+    # requests, where there were enough requests for one (metrics.percentile_interval).
+    intervals: dict = field(default_factory=dict)
 
     def __post_init__(self):
         unknown = set(self.figures) - set(NAMES)
@@ -57,9 +60,11 @@ class Point:
         figures = {name: (statistics.fmean(values) if values else None) for name, values in per_trial.items()}
         figures["peak_memory_gib"] = gpu.peak_memory_gib(gpu_indices) if gpu is not None else None
         samples = {name: tuple(values) for name, values in per_trial.items()} if len(summaries) > 1 else {}
+        intervals = {f.name: i for f in POINT_FIGURES if f.metric.source == "requests"
+                     and (i := summaries[0].interval(f)) is not None} if len(summaries) == 1 else {}
         return cls(label=label, concurrency=concurrency, rate=rate, id=id,
                    completed=sum(s.completed for s in summaries), failed=sum(s.failed for s in summaries),
-                   flags=tuple(flags), figures=figures, samples=samples)
+                   flags=tuple(flags), figures=figures, samples=samples, intervals=intervals)
 
     @property
     def trials(self) -> int:
