@@ -870,12 +870,15 @@ def _searches_by_name(run: Run, endpoints) -> dict:
 
 def run_headlines(run: Run) -> list[dict]:
     """Per level (and trial), the results table's figures (named as catalogue.Figure.name), each
-    with its unit and which direction is better: what a script compares with a baseline."""
+    with its unit, which direction is better and, for a percentile, its 95 % interval over the
+    level's requests (None: too few requests, or not a percentile): what a script compares with
+    a baseline."""
     figures = [f for c in RESULTS_TABLE for f in c.figures]
     return [{"level": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "trial": lv.trial,
              "load": lv.load_label, "concurrency": lv.concurrency, "rate": lv.rate,
              "completed": lv.completed, "failed": lv.failed, "flags": lv.flags,
-             "figures": {f.name: {"value": lv.stats.figure(f), "unit": f.metric.unit, "better": f.metric.better}
+             "figures": {f.name: {"value": lv.stats.figure(f), "unit": f.metric.unit, "better": f.metric.better,
+                                  "interval": list(i) if (i := lv.stats.interval(f)) else None}
                          for f in figures}}
             for lv in run_levels(run)]
 

@@ -116,3 +116,52 @@ def test_a_revoked_token_exits_2_with_the_reason(live_server, tmp_path):
     r = subprocess.run([sys.executable, "-m", "v100client", "--url", live_server.url, "--token", key,
                         "status", "abc"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "revoked" in r.stderr
+
+
+def test_identical_runs_pass_the_gate_20_times_in_20(cli, tmp_path, simulator, celery_worker_process):
+    """The same simulator measured again: whatever this machine's load does to one run, a change
+    within the 95 % intervals (across three trials) is said and never fails the job."""
+    endpoint(simulator(decode_ms=2).url, name="staging")
+    baseline = tmp_path / "baseline.json"
+    body = workload(tmp_path, trials=3)
+    assert cli("submit", body, "--wait", "--poll", "0.3", "-o", str(baseline)).returncode == 0
+    said = []
+    for i in range(20):
+        out = tmp_path / f"again-{i}.json"
+        r = cli("submit", body, "--wait", "--poll", "0.3", "--baseline", str(baseline), "--max-regression", "10",
+                "-o", str(out))
+        assert r.returncode == 0, f"identical run {i + 1} of 20 failed the gate:\n{r.stderr}\n{r.stdout}"
+        verdict = json.loads(out.read_text())["verdict"]
+        assert len(verdict["compared"]) == 2 * 3 and verdict["regressions"] == []  # 2 levels × 3 figures
+        said += verdict["within_noise"]
+    print(f"{len(said)} changes beyond 10 % said to be within the noise over 20 identical runs")
+
+
+def _results(values, interval=None, across=None):
+    """A results document of one endpoint and load: each trial's tpot_ms_p50 (and its interval over
+    the trial's requests), and the server's estimate across the trials."""
+    headlines = [{"endpoint": "e", "load": "c=1", "figures": {"tpot_ms_p50": {
+        "value": v, "unit": "ms", "better": "lower", "interval": interval}}} for v in values]
+    return {"headlines": headlines, "across_trials": [{"endpoint": "e", "load": "c=1", "figures": {
+        "tpot_ms_p50": across}}] if across else []}
+
+
+@pytest.mark.parametrize("now, then, regressed, within_noise", [
+    # one trial a side: 30 % slower, the intervals over the requests apart: a regression
+    (_results([13.0], [12.5, 13.5]), _results([10.0], [9.5, 10.5]), 1, 0),
+    # the same change with the requests scattered so far that the intervals overlap: said, not failed
+    (_results([13.0], [8.0, 19.0]), _results([10.0], [7.0, 14.0]), 0, 1),
+    # three trials a side: the server's intervals across them decide
+    (_results([12.0, 13.0, 14.0], across={"n": 3, "low": 10.5, "high": 15.5}),
+     _results([9.0, 10.0, 11.0], across={"n": 3, "low": 7.5, "high": 12.5}), 0, 1),
+    (_results([13.0, 13.1, 13.2], across={"n": 3, "low": 12.9, "high": 13.3}),
+     _results([10.0, 10.1, 10.2], across={"n": 3, "low": 9.9, "high": 10.3}), 1, 0),
+    # nothing to judge the noise by (a baseline written before intervals): the threshold alone
+    (_results([13.0]), _results([10.0]), 1, 0),
+])
+def test_the_gate_fails_only_beyond_the_noise_the_data_carry(now, then, regressed, within_noise):
+    from v100client.cli import regressions
+
+    found, compared, noise = regressions(now, then, ["tpot_ms_p50"], 10.0)
+    assert (len(found), len(compared), len(noise)) == (regressed, 1, within_noise), (found, noise)
+    assert all("within the noise, the 95 % intervals overlap" in line for line in noise)

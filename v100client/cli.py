@@ -141,9 +141,10 @@ def fatal_flags(results: dict, fatal: list[str]) -> list[str]:
     return found
 
 
-def baseline_headlines(api: Api, baseline: str) -> list[dict]:
-    """A baseline's levels: from a file this client wrote (--output), a results document, or a
-    run's public id on the server."""
+def baseline_results(api: Api, baseline: str) -> dict:
+    """A baseline's results (its per-trial "headlines" and, where the server gave them, its
+    "across_trials" estimates): from a file this client wrote (--output), a results document,
+    or a run's public id on the server."""
     path = Path(baseline)
     if path.exists():
         try:
@@ -153,32 +154,65 @@ def baseline_headlines(api: Api, baseline: str) -> list[dict]:
         doc = doc.get("results", doc) if isinstance(doc, dict) else {}
         if not isinstance(doc.get("headlines"), list):
             raise ClientError(f"baseline {baseline} has no headlines: write it with `v100 submit --output`")
-        return doc["headlines"]
-    return api.call("GET", f"runs/{baseline}/results/")["headlines"]
+        return doc
+    return api.call("GET", f"runs/{baseline}/results/")
 
 
-def regressions(current: list[dict], baseline: list[dict], metrics: list[str], max_pct: float) -> tuple[list, list]:
-    """Levels matched by endpoint and load; a figure regressed when it is worse than the baseline's
-    by more than `max_pct` percent, in the direction the metric is better. Returns (regressions,
-    comparisons made), each a line of text."""
-    before = {(lv["endpoint"], lv["load"]): lv for lv in baseline}
-    found, compared = [], []
-    for level in current:
-        old = before.get((level["endpoint"], level["load"]))
-        if old is None:
-            continue
+def _levels(results: dict, metrics: list[str]) -> dict:
+    """Per (endpoint, load): per figure its mean over the trials, unit, direction and 95 %
+    interval: across the trials where there are several (the server's estimate), else over the
+    one trial's requests (a percentile); None where the results give none."""
+    out: dict = {}
+    for level in results.get("headlines") or []:
         for name in metrics:
-            now, then = level["figures"].get(name), old["figures"].get(name)
-            if not now or not then or now["value"] is None or not then["value"]:
+            figure = (level.get("figures") or {}).get(name)
+            if figure and figure.get("value") is not None:
+                entry = out.setdefault((level["endpoint"], level["load"]), {}).setdefault(
+                    name, {"values": [], "unit": figure.get("unit", ""), "better": figure.get("better"),
+                           "intervals": []})
+                entry["values"].append(figure["value"])
+                entry["intervals"].append(figure.get("interval"))
+    across = {(e["endpoint"], e["load"], name): f for e in results.get("across_trials") or []
+              for name, f in (e.get("figures") or {}).items() if f}
+    for key, figures in out.items():
+        for name, entry in figures.items():
+            entry["mean"] = sum(entry["values"]) / len(entry["values"])
+            trials = across.get((*key, name)) or {}
+            if len(entry["values"]) == 1:
+                entry["interval"] = entry["intervals"][0]
+            elif trials.get("low") is not None and trials.get("high") is not None:
+                entry["interval"] = [trials["low"], trials["high"]]
+            else:
+                entry["interval"] = None
+    return out
+
+
+def regressions(current: dict, baseline: dict, metrics: list[str], max_pct: float) -> tuple[list, list, list]:
+    """Levels matched by endpoint and load; a figure regressed when its mean is worse than the
+    baseline's by more than `max_pct` percent, in the direction the metric is better, and the
+    two 95 % intervals (across trials, else over a percentile's requests) do not overlap: a
+    change within the noise the data carry is said, never failed on. Returns (regressions,
+    comparisons made, changes within the noise), each a line of text."""
+    now_levels, before = _levels(current, metrics), _levels(baseline, metrics)
+    found, compared, noise = [], [], []
+    for key, figures in now_levels.items():
+        for name, now in figures.items():
+            then = before.get(key, {}).get(name)
+            if then is None or not then["mean"]:
                 continue
-            change = 100.0 * (now["value"] - then["value"]) / abs(then["value"])
+            change = 100.0 * (now["mean"] - then["mean"]) / abs(then["mean"])
             worse = -change if now["better"] == "higher" else change
-            line = (f"{level['endpoint']} @ {level['load']}: {name} {_number(then['value'], now['unit'])} → "
-                    f"{_number(now['value'], now['unit'])} ({change:+.1f} %)")
+            line = (f"{key[0]} @ {key[1]}: {name} {_number(then['mean'], now['unit'])} → "
+                    f"{_number(now['mean'], now['unit'])} ({change:+.1f} %)")
             compared.append(line)
-            if worse > max_pct:
+            a, b = now["interval"], then["interval"]
+            if worse > max_pct and a and b and a[0] <= b[1] and b[0] <= a[1]:
+                noise.append(f"{line}: within the noise, the 95 % intervals overlap "
+                             f"({_number(b[0], '')}–{_number(b[1], now['unit'])} then, "
+                             f"{_number(a[0], '')}–{_number(a[1], now['unit'])} now)")
+            elif worse > max_pct:
                 found.append(line)
-    return found, compared
+    return found, compared, noise
 
 
 def submit(args) -> int:
@@ -196,11 +230,13 @@ def submit(args) -> int:
     print(summary(run, results))
     verdict = {"status": run["status"], "fatal_flags": fatal_flags(results, args.fatal_flag)}
     if args.baseline:
-        found, compared = regressions(results["headlines"], baseline_headlines(api, args.baseline),
-                                      args.metric or list(DEFAULT_METRICS), args.max_regression)
-        verdict.update(baseline=args.baseline, compared=compared, regressions=found)
+        found, compared, noise = regressions(results, baseline_results(api, args.baseline),
+                                             args.metric or list(DEFAULT_METRICS), args.max_regression)
+        verdict.update(baseline=args.baseline, compared=compared, regressions=found, within_noise=noise)
         if not compared:
             print(f"baseline {args.baseline}: no level matches this run's (same endpoint and load)")
+        for line in noise:
+            print(f"not failed, {line}")
     history = run.get("regression") or {}
     if args.history:
         verdict["history"] = [f"{r['endpoint']} @ {r['load']}: {r['figure']} {r['value']:.2f} vs {r['mean']:.2f} over "
