@@ -70,7 +70,8 @@ def payload(run: Run) -> dict:
     report = run.regression_report
     regressions = [{
         "endpoint": lv.endpoint, "load": lv.load, "figure": f.figure, "label": f.label, "better": f.better,
-        "value": f.value, "mean": f.mean, "change_pct": f.change_pct, "z": f.z, "compared_runs": len(f.history),
+        "value": f.value, "mean": f.mean, "change_pct": f.change_pct, "z": f.z, "z_from_noise_floor": f.floored,
+        "compared_runs": len(f.history),
         "history": _url(reverse("history", args=[lv.fingerprint])), "sentence": f.sentence,
     } for lv, f in (report.regressions() if report else [])]
     return {"event": "regression", "site": settings.SITE_NAME,

@@ -181,3 +181,16 @@ def test_another_workload_or_variant_is_not_comparable():
     in_history = {lv.run_id for lv in history.history_levels(prints["run"])}
     assert in_history == {run.id, rerun.id}, (
         f"the history of the first run's fingerprint holds runs {sorted(in_history)}, not {run.id} and {rerun.id}")
+
+
+def test_the_verdict_says_unchanged_and_when_z_counts_the_noise_floor():
+    """An unchanged figure does not read "0.0 % worse"; with identical history z is the change
+    in noise floors, and is said to be so, not read as a measured spread."""
+    same = compare_figure("ttft_ms_p50", 100.0, [100.0] * 5, THRESHOLDS)
+    assert same.change_words == "unchanged" and "0.0 %" not in same.sentence
+    floored = compare_figure("ttft_ms_p50", 106.0, [100.0] * 5, THRESHOLDS)
+    assert floored.floored and floored.change_words == "6.0 % worse"
+    assert "+6.0 noise floors" in floored.z_words and "1 % floor" in floored.z_words
+    noisy = compare_figure("ttft_ms_p50", 140.0, [80.0, 100.0, 120.0, 100.0], THRESHOLDS)
+    assert not noisy.floored and noisy.z_words == f"{noisy.z:+.1f}" and noisy.change_words == "40.0 % worse"
+    assert compare_figure("aggregate_tok_s", 110.0, [100.0] * 5, THRESHOLDS).change_words == "10.0 % better"

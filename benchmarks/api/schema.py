@@ -43,8 +43,8 @@ def regression(run: Run, request) -> dict | None:
         return None
     return {"regressed": report.regressed, "tested": report.tested,
             "regressions": [{"endpoint": lv.endpoint, "load": lv.load, "figure": f.figure, "value": f.value,
-                             "mean": f.mean, "change_pct": f.change_pct, "z": f.z, "compared_runs": len(f.history),
-                             "better": f.better}
+                             "mean": f.mean, "change_pct": f.change_pct, "z": f.z, "z_from_noise_floor": f.floored,
+                             "compared_runs": len(f.history), "better": f.better}
                             for lv, f in report.regressions()],
             "history": sorted({request.build_absolute_uri(reverse("history", args=[lv.fingerprint]))
                                for lv in report.levels})}
@@ -87,7 +87,11 @@ class RegressedFigure(serializers.Serializer):
     value = serializers.FloatField()
     mean = serializers.FloatField(help_text="of the comparable runs")
     change_pct = serializers.FloatField(help_text="percent worse than the mean")
-    z = serializers.FloatField(help_text="standard deviations worse than the mean")
+    z = serializers.FloatField(help_text="standard deviations worse than the mean (noise floors where "
+                                         "z_from_noise_floor)")
+    z_from_noise_floor = serializers.BooleanField(
+        help_text="the comparable runs varied by less than REGRESSION_NOISE_FLOOR_PCT of their mean, so z counts "
+                  "that floor, not a measured spread")
     compared_runs = serializers.IntegerField()
     better = serializers.ChoiceField(choices=["higher", "lower"])
 

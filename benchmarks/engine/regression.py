@@ -43,6 +43,32 @@ class FigureTest:
     z: float | None = None  # standard deviations worse than the mean (negative: better)
     change_pct: float | None = None  # percent worse than the mean (negative: better)
     regressed: bool = False
+    spread: float | None = None  # what z is measured in: the std, or the noise floor when larger
+
+    @property
+    def change_words(self) -> str:
+        """ "4.0 % worse", "2.5 % better", "unchanged" (within 0.05 %); "—" untested."""
+        if self.change_pct is None:
+            return "—"
+        if round(self.change_pct, 1) == 0:
+            return "unchanged"
+        return f"{abs(self.change_pct):.1f} % {'worse' if self.change_pct > 0 else 'better'}"
+
+    @property
+    def floored(self) -> bool:
+        """The earlier runs varied less than the noise floor: z counts floors, not their spread."""
+        return self.spread is not None and self.std is not None and self.spread > self.std
+
+    @property
+    def z_words(self) -> str:
+        """ "+3.2", or, where the floor stood in for the runs' spread, what z is then."""
+        if self.z is None:
+            return "—"
+        if self.floored:
+            floor = 100.0 * self.spread / abs(self.mean) if self.mean else 0.0
+            return (f"{self.z:+.1f} noise floors (the earlier runs varied by less than the {floor:g} % floor: "
+                    f"no measured spread to test against)")
+        return f"{self.z:+.1f}"
 
     @property
     def better(self) -> str:
@@ -57,10 +83,8 @@ class FigureTest:
         f = figure_named(self.figure)
         if self.mean is None:
             return f"{f.label}: {self.value:.{f.metric.digits}f} {f.metric.unit} (too little history)"
-        direction = "worse" if (self.change_pct or 0) > 0 else "better"
         return (f"{f.label} {self.value:.{f.metric.digits}f} {f.metric.unit} vs {self.mean:.{f.metric.digits}f} "
-                f"over the last {len(self.history)} comparable runs: {abs(self.change_pct):.1f} % {direction}, "
-                f"z = {self.z:+.1f}")
+                f"over the last {len(self.history)} comparable runs: {self.change_words}, z = {self.z_words}")
 
 
 @dataclass
@@ -123,7 +147,7 @@ def compare_figure(name: str, value: float, history: list[float], thresholds: Th
     if spread == 0:
         return result
     worse = (value - mean) if better == LOWER else (mean - value)
-    result.mean, result.std = mean, std
+    result.mean, result.std, result.spread = mean, std, spread
     result.z = worse / spread
     result.change_pct = 100.0 * worse / abs(mean) if mean else None
     result.regressed = (result.z >= thresholds.z and result.change_pct is not None
