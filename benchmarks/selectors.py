@@ -808,9 +808,7 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
     rows = RequestRecord.objects.filter(level__run=run).order_by("level_id", "index").values(
         "level_id", "chunk_times", "timings", *REQUEST_FIELDS)
     for rec in rows if with_requests else ():
-        if rec["error"] and hide_addresses:
-            rec["error"] = blank(rec["error"])
-        records[rec.pop("level_id")].append(rec)
+        records[rec.pop("level_id")].append(request_row(rec, blank))
     endpoints = {}
     for e in run_endpoints:
         endpoints[e.name] = {"name": e.name, "backend": e.backend,
@@ -852,10 +850,25 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
 # start (the stored first_content/first_answer/end count from `sent`: shifted here), so that
 # one column can be plotted against another without knowing how they are stored.
 FROM_LEVEL_START = ("first_content", "first_answer", "end")
+def request_row(rec: dict, blank=lambda value: value) -> dict:
+    """A stored request as every export shows it (the API's pages, the JSON export, the CSV),
+    one convention each: times in seconds from its level's start, a conversation's turns
+    numbered from 1, addresses blanked in its error."""
+    out = dict(rec)
+    for name in FROM_LEVEL_START:
+        if out.get(name) is not None and out.get("sent") is not None:
+            out[name] = round(out["sent"] + out[name], 6)
+    if out.get("turn") is not None:
+        out["turn"] += 1
+    if out.get("error"):
+        out["error"] = blank(out["error"])
+    return out
+
+
 REQUEST_CSV_COLUMNS = (
     ("index", "request"), ("sent", "sent (s from the level start)"),
     ("scheduled", "scheduled (s from the level start)"), ("conversation", "conversation"),
-    ("turn", "turn (0 = the first)"),
+    ("turn", "turn (1 = the first)"),
     ("first_content", "first content (s from the level start)"),
     ("first_answer", "first answer (s from the level start)"), ("end", "end (s from the level start)"),
     ("prompt_tokens", "prompt tokens (server)"), ("output_tokens", "output tokens (server)"),
@@ -904,8 +917,6 @@ def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:
     its per-request metrics (catalogue.REQUEST_CSV) with their units in the headers."""
     blank = address_hider(run.endpoints.all(), hide_addresses)
     fields = [name for name, _ in REQUEST_CSV_COLUMNS]
-    sent_at, error_at = fields.index("sent"), fields.index("error")
-    shifted = [fields.index(name) for name in FROM_LEVEL_START]
     out = io.StringIO()
     writer = csv_cells.writer(out)
     writer.writerow(["endpoint", "load", *(header for _, header in REQUEST_CSV_COLUMNS),
@@ -915,11 +926,8 @@ def run_requests_csv(run: Run, *, hide_addresses: bool = False) -> str:
         results = {r.index: r for r in level_results(level)}
         for row in rows:
             r = results[row[0]]
-            values = list(row)
-            values[error_at] = blank(values[error_at])
-            for i in shifted:
-                if values[i] is not None:
-                    values[i] = round(values[sent_at] + values[i], 6)
+            shown = request_row(dict(zip(fields, row)), blank)
+            values = [shown[name] for name in fields]
             metrics = (request_value(key, r) for key in REQUEST_CSV)
             writer.writerow([level.endpoint.name, level.trial_label, *values,
                              *(None if v is None else round(v, 3) for v in metrics)])

@@ -188,9 +188,10 @@ def test_a_conversation_run_stores_turns_and_shows_ttft_by_turn(client, simulato
     p50 = [float(v) for v in re.findall(r'data-stat="p50">([^<]*)<', table)]
     assert p50[0] < p50[1] < p50[2]
     rows = list(csv.DictReader(io.StringIO(client.get(reverse("run-requests-csv", args=[run.public_id])).content.decode())))
-    assert sorted((int(row["conversation"]), int(row["turn (0 = the first)"])) for row in rows) == [
-        (s, k) for s in range(2) for k in range(3)]
+    # one convention in every export: turns from 1, as the page numbers them
+    assert sorted((int(row["conversation"]), int(row["turn (1 = the first)"])) for row in rows) == [
+        (s, k) for s in range(2) for k in range(1, 4)]
     export = client.get(reverse("run-export", args=[run.public_id])).json()
     assert export["workload"]["conversation"] == {"turns": 3, "think_s": 0.05, "think": "exponential"}
     assert sorted((q["conversation"], q["turn"]) for q in export["levels"][0]["requests"]) == [
-        (s, k) for s in range(2) for k in range(3)]
+        (s, k) for s in range(2) for k in range(1, 4)]

@@ -27,3 +27,23 @@ def test_the_preflight_is_read_in_order_and_what_it_did_not_write_is_skipped(cli
     assert "health" in page and "200 from http://127.0.0.1:9/health" in page
     assert export["endpoints"]["never-checked"]["preflight"] is None
     assert export["endpoints"]["checked"]["preflight"][1] == {"check": "model", "ok": False, "detail": ""}
+
+
+@pytest.mark.django_db
+def test_every_export_gives_a_requests_times_from_its_levels_start(client):
+    """The API's request pages, the JSON export and the CSV: one convention for each time."""
+    import csv
+    import io
+
+    from benchmarks.models import RequestRecord
+
+    run = measured_run([endpoint()], levels=(2,), requests=4, tokens=4, owner=user())
+    client.force_login(run.owner)
+    stored = RequestRecord.objects.filter(level__run=run).order_by("index").first()
+    expected = round(stored.sent + stored.first_content, 6)
+    api = client.get(reverse("api-run-requests", args=[run.public_id])).json()["results"][0]
+    export = client.get(reverse("run-export", args=[run.public_id])).json()["levels"][0]["requests"][0]
+    rows = list(csv.DictReader(io.StringIO(client.get(reverse("run-requests-csv", args=[run.public_id])).content.decode())))
+    assert api["first_content"] == export["first_content"] == expected
+    assert float(rows[0]["first content (s from the level start)"]) == expected
+    assert api["end"] == export["end"] == round(stored.sent + stored.end, 6) > expected

@@ -164,8 +164,7 @@ def run_requests(request, public_id: str):
     rows = []
     for rec in pages.paginate_queryset(queryset, request):
         rec["level"], rec["endpoint"] = rec.pop("level__public_id"), rec.pop("level__endpoint__name")
-        rec["error"] = blank(rec["error"])
-        rows.append(rec)
+        rows.append(selectors.request_row(rec, blank))
     return pages.get_paginated_response(rows)
 
 
