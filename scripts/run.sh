@@ -8,6 +8,8 @@
 source "$(dirname "$0")/_venv.sh"
 ensure_venv requirements.txt
 PORT=${PORT:-8000}
+# Alert e-mails and webhooks link to the site where it serves (unless SITE_URL says otherwise).
+export SITE_URL=${SITE_URL:-http://127.0.0.1:$PORT}
 mkdir -p var
 .venv/bin/python manage.py migrate --noinput
 .venv/bin/python manage.py ensure_admin
