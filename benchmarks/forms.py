@@ -10,6 +10,7 @@ from benchmarks.engine import backends, datasets, load_modes
 from benchmarks.engine.load_modes import span as _span
 from benchmarks.engine import quality as quality_engine  # `quality` is the run's field
 from benchmarks.importers import size_text
+from benchmarks.engine import validity
 from benchmarks.engine.launcher import format_value
 from benchmarks.engine.plan import RunPlan
 from benchmarks.models import (MAX_TRIALS, Endpoint, EvaluationText, ImportedReport, Run, Schedule,
@@ -173,8 +174,11 @@ class RunForm(forms.Form):
                                help_text="One level per speed-up, e.g. 1,2: the trace's times divided by it.")
     max_concurrency = forms.IntegerField(required=False, min_value=0, label="Concurrency cap",
                                          help_text="Request rate mode: most requests in flight (blank = no cap).")
-    requests_per_level = forms.IntegerField(initial=16, min_value=1,
-                                            help_text="Requests measured per level (an upper bound with a duration).")
+    # By default as many as the p99 shown needs to mean much (validity's few_samples threshold).
+    requests_per_level = forms.IntegerField(initial=validity.THRESHOLDS["min_samples"]["p99"], min_value=1,
+                                            help_text="Requests measured per level (an upper bound with a duration); "
+                                                      f"a p99 needs at least {validity.THRESHOLDS['min_samples']['p99']} "
+                                                      "to mean much.")
     duration_s = forms.FloatField(required=False, min_value=1, max_value=86400, label="Duration per level (s)",
                                   help_text="Optional: stop sending after this long.")
     slo_ttft_ms = forms.FloatField(required=False, min_value=0.001, label="SLO: TTFT (ms)",
