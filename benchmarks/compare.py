@@ -22,11 +22,8 @@ import io
 from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure, shown
 from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
 from benchmarks.engine.differences import judge
-from benchmarks.engine.validity import FLAG_NAMES
+from benchmarks.engine.validity import CONTENDED, FLAG_NAMES
 
-# A level measured while something else competed for the host, the client or the server: its
-# figures are the basis of no sentence that names a winner.
-CONTENDED = ("host_busy", "client_saturated", "server_busy")
 
 FINGERPRINT_FIELDS = {
     "prompt_tokens": "prompt tokens",

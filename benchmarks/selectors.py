@@ -34,6 +34,7 @@ from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
 from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
 from benchmarks.engine.stats import Estimate, estimate
+from benchmarks.engine.validity import CONTENDED, FLAG_NAMES
 from benchmarks.models import (ApiToken, Comparison, Decision, DeletedRun, Endpoint, EvaluationText, ImportedReport,
                                LevelResult, QualityMeasurement, RequestRecord, Run, Schedule, ServerRecipe)
 
@@ -198,6 +199,16 @@ def estimate_cell(f: Figure, est: Estimate | None) -> dict:
         return {"key": f.key, "stat": f.stat or "", "text": shown(est.mean), "ci": "", "title": ""}
     return {"key": f.key, "stat": f.stat or "", "text": shown(est.mean), "ci": f"± {shown(est.half_width)}",
             "title": f"mean of {est.n} trials; 95 % CI {shown(est.low)} to {shown(est.high)} (Student t, n = {est.n})"}
+
+
+def run_contention(levels: list[LevelResult]) -> dict | None:
+    """The levels measured while something else competed for the host, the client or the
+    server (validity.CONTENDED), each with what did: said at the top of the run page, before any
+    number. None when there were none."""
+    contended = [(lv, [FLAG_NAMES[f["code"]] for f in lv.flags if f.get("code") in CONTENDED]) for lv in levels]
+    contended = [{"endpoint": lv.endpoint.name, "load": lv.trial_label, "why": ", ".join(why)}
+                 for lv, why in contended if why]
+    return {"levels": contended, "of": len(levels)} if contended else None
 
 
 def results_table(run: Run, levels: list[LevelResult]) -> dict:

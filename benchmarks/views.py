@@ -109,6 +109,7 @@ def run_detail(request, public_id: str):
         "run": run,
         "levels": levels,
         "results": selectors.results_table(run, levels),
+        "contention": selectors.run_contention(levels),
         "slo_answers": selectors.slo_answers(run),
         "failures": selectors.run_failures(run, hide_addresses=hide),
         "failure_count": selectors.run_failure_count(run),

@@ -47,3 +47,25 @@ def test_every_export_gives_a_requests_times_from_its_levels_start(client):
     assert api["first_content"] == export["first_content"] == expected
     assert float(rows[0]["first content (s from the level start)"]) == expected
     assert api["end"] == export["end"] == round(stored.sent + stored.end, 6) > expected
+
+
+@pytest.mark.django_db
+def test_a_contended_level_is_said_at_the_top_of_the_run_page(client):
+    from benchmarks.models import LevelResult
+
+    quiet = measured_run([endpoint(name="quiet")], levels=(1, 2), requests=2, tokens=4, owner=user())
+    # this machine may itself be busy while the engine measures: the flags are set here
+    LevelResult.objects.filter(run=quiet).update(flags=[{"code": "few_samples", "reason": "2 requests"}])
+    assert 'id="contended-banner"' not in client.get(quiet.get_absolute_url()).content.decode()
+    run = measured_run([endpoint(name="busy", url="http://127.0.0.1:10")], levels=(1, 2), requests=2, tokens=4,
+                       owner=user("bob"))
+    LevelResult.objects.filter(run=run).update(flags=[])
+    level = LevelResult.objects.get(run=run, level_index=1)
+    level.flags = [{"code": "host_busy", "reason": "load average 6.0 on 2 CPUs"}]
+    level.save(update_fields=["flags"])
+    page = client.get(run.get_absolute_url()).content.decode()
+    banner = page[page.index('id="contended-banner"'):]
+    banner = banner[:banner.index("</p>")]
+    assert "Not comparable:" in banner and "1 of 2 levels was measured" in banner
+    assert f"busy · {level.load_label}: measuring host busy" in banner
+    assert page.index('id="contended-banner"') < page.index('id="progress"')  # before any number

@@ -27,6 +27,10 @@ THRESHOLDS = {
     "min_samples": {"p50": 5, "p90": 20, "p99": 100},
 }
 
+# A level measured while something else competed for the host, the client or the server: its
+# figures are the basis of no sentence that names a winner, and the run page says so first.
+CONTENDED = ("host_busy", "client_saturated", "server_busy")
+
 # Every flag code the checks below raise, named in a few words (the runs list filters by them).
 FLAG_NAMES = {
     "error_rate": "many requests failed", "stopped_short": "output stopped short",
