@@ -192,3 +192,27 @@ def test_the_rag_preset_reads_per_endpoint_the_rate_it_sustains_with_intervals(b
         assert re.search(r"sustains (at least )?[\d.]+ req/s within TTFT p99 ≤ 2000 ms", text), text
         assert "across 3 trials (mean ± 95 % CI): TTFT p99 " in text and "Request throughput " in text, text
         assert text.count(" ± ") >= 3, text  # TTFT p99, request throughput and aggregate output, each ± its CI
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_capped_rate_search_judges_latency_from_the_schedule(client, simulator, celery_worker_process):
+    """The simulator of the test above (4 slots, 11.05 requests a second at most), searched with
+    the client holding at most 4 requests in flight: past 9 req/s the requests queue in the
+    client, not the server, so their TTFT from the actual send stays near the 20 ms prefill
+    while from their scheduled send it grows as above (13.5 req/s: ≈ 480 ms at p99). Judged
+    from the schedule, the answer is 9 req/s with 13.5 missing, within one step of 11.05; from
+    the actual send every probe would meet and the search would answer "at least 64"."""
+    sim = simulator(slots=4, prefill_ms=20, decode_ms=18)
+    e = endpoint(sim.url, name="sim-capped")
+    client.force_login(user())
+    search_fields = {**SEARCH, "search_min_rate": 6, "search_max_rate": 64, "search_rate_step": 50, "slo_ttft_ms": 250,
+                     "max_concurrency": 4}
+    r = client.post(reverse("run-new"), run_form([e], **search_fields, slo_percentile=99, requests_per_level=32,
+                                                 output_tokens=20, trials=1))
+    assert r.status_code == 302, r.content.decode()[:2000]
+    run = wait_finished(Run.objects.get(), timeout=240)
+    assert run.status == Run.SUCCEEDED and run.max_concurrency == 4, run.error
+    search = run.searches()[str(e.id)]
+    assert (search.status, search.best, search.missed_above) == ("found", 9, 13.5), search.to_dict()
+    missed = next(p for p in search.probes if p.load == 13.5)
+    assert any(m.startswith("TTFT from schedule p99") for m in missed.misses), missed.misses

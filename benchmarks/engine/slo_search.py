@@ -6,7 +6,7 @@ known within that step).
 
 A probe (one concurrency level, measured once per trial) meets the targets when, in every trial,
 no request failed and each targeted metric's percentile over the level's requests is at most its
-target. The search probes the lowest level first (if it misses, nothing does), then the highest
+target (a rate's TTFT and E2E counted from each request's scheduled send). The search probes the lowest level first (if it misses, nothing does), then the highest
 (if it meets, the answer is "at least the highest"), then halves the interval between the highest
 level that met and the lowest that missed until they are adjacent: at most 2 + ceil(log2(high -
 low)) probes, which bounds its requests (`max_probes` × requests per level × trials) and so its
@@ -28,6 +28,8 @@ from .metrics import LevelSummary
 
 SEARCH_VERSION = 2  # 2: searches by rate (probes with "rate"); 1 reads as a concurrency search
 TARGET_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
+# A search by rate judges these from each request's scheduled send (catalogue: rate mode's figures).
+FROM_SCHEDULE = {"ttft_ms": "ttft_from_schedule_ms", "e2e_ms": "e2e_from_schedule_ms"}
 
 
 @dataclass(frozen=True)
@@ -52,12 +54,17 @@ class SloTarget:
         """ "TTFT p99 ≤ 2000 ms, TPOT p99 ≤ 50 ms"."""
         return ", ".join(f"{METRICS[k].label} p{self.percentile} ≤ {v:g} ms" for k, v in self.limits.items())
 
-    def misses(self, summary: LevelSummary) -> list[str]:
-        """What one measured level misses, in words ([] when it meets every target)."""
+    def misses(self, summary: LevelSummary, from_schedule: bool = False) -> list[str]:
+        """What one measured level misses, in words ([] when it meets every target). With
+        `from_schedule` (a probe sent at a rate) TTFT and E2E count from when each request was due
+        to leave: a request that waited in the client (behind a cap on requests in flight, or a
+        client behind its schedule) waited for the server all the same."""
         out = []
         if summary.failed or not summary.completed:
             out.append(f"{summary.failed} of {summary.requests} requests failed")
         for key, limit in self.limits.items():
+            key = FROM_SCHEDULE.get(key, key) if from_schedule and summary.value(
+                FROM_SCHEDULE.get(key, key)).count else key
             value = summary.stat(key, f"p{self.percentile}")
             if value is None:
                 out.append(f"{METRICS[key].label} p{self.percentile} not measured")
@@ -149,7 +156,7 @@ class SloSearch:
         """A probe measured (one summary per trial): it meets the targets only if every trial did."""
         misses: list[str] = []
         for s in summaries:
-            misses += [m for m in self.target.misses(s) if m not in misses]
+            misses += [m for m in self.target.misses(s, from_schedule=bool(self.rates)) if m not in misses]
         probe = Probe(load, met=bool(summaries) and not misses, misses=tuple(misses))
         self.probes.append(probe)
         return probe
