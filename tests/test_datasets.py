@@ -13,6 +13,7 @@ from benchmarks.engine.client import Load, Session, Target, Workload
 from benchmarks.engine.datasets import (DISTRIBUTIONS, Dataset, DatasetError, Entry, Lengths, RequestPlan,
                                         histogram, parse_jsonl, sharegpt_available)
 from benchmarks.engine.observe import measure_observed
+from benchmarks.engine.server_metrics import server_identity
 
 
 def run_levels(url, dialect="vllm", loads=(Load(concurrency=2, requests=12),), observe=False, **workload):
@@ -233,3 +234,25 @@ def test_a_line_nested_50000_deep_is_a_dataset_error_naming_it_not_a_recursion_e
     text = '{"prompt": "hi"}\n' + "[" * 50_000 + "]" * 50_000 + "\n"
     with pytest.raises(DatasetError, match="^line 2 is nested too deeply"):
         parse_jsonl(text)
+
+
+def test_a_dataset_prompt_past_the_servers_context_is_refused_before_any_is_sent(simulator):
+    """A server whose context per request (vLLM's max_model_len) is 256 tokens: a 300-token JSONL
+    prompt would fail every time, so preparation refuses it, naming its line, as generated
+    prompts are refused by the context check."""
+    sim = simulator(dialect="vllm", context=256)
+    d = Dataset(source="jsonl", entries=tuple(parse_jsonl('{"prompt": "short"}\n{"prompt": "' + "w " * 300 + '"}')))
+
+    async def go():
+        session = Session(Target(sim.url, "vllm"), Workload(dataset=d, token_limit=8192),
+                          loads=[Load(concurrency=1, requests=2)])
+        try:
+            pf = await session.preflight()
+            identity = await server_identity(session.client, sim.url, "vllm")
+            assert session.context_check(identity) is None  # a dataset's lengths are known once tokenized
+            await session.prepare(pf.model)
+            return session.dataset_problem
+        finally:
+            await session.close()
+    problem = asyncio.run(go())
+    assert "line 2 (300 prompt tokens)" in problem and "the 256 tokens the server gives each request" in problem

@@ -504,6 +504,9 @@ class Session:
             self.plan = RequestPlan(replace(dataset, entries=tuple(entries)), self.workload.seed)
             dataset = self.plan.dataset
         too_long = []
+        # The site's limit, or the server's context per request where it says a smaller one: a
+        # dataset request past it would fail every time, so none is sent.
+        limit = min((x for x in (self.workload.token_limit, self.context_limit) if x), default=None)
         for index in self.plan.entry_indices(needed):
             entry = dataset.entries[index]
             if entry.line not in tokenized and await self._tokenize_entry(entry, dataset, tokenized) is None:
@@ -513,13 +516,15 @@ class Session:
             if reply is not None:
                 self.entry_outputs[index] = reply
             total = self._entry_total(entry, ids, reply, dataset)
-            if self.workload.token_limit and total > self.workload.token_limit:
+            if limit and total > limit:
                 too_long.append(f"{'line' if dataset.source == 'jsonl' else 'conversation'} {entry.line} "
                                 f"({len(ids)} prompt tokens)")
         if too_long:
-            self.dataset_problem = (f"{len(too_long)} prompt(s) with their output exceed the limit of "
-                                    f"{self.workload.token_limit} tokens: {', '.join(too_long[:5])}"
-                                    + (" …" if len(too_long) > 5 else ""))
+            which = (f"the {limit} tokens the server gives each request{self.backend.context_hint}"
+                     if limit == self.context_limit and limit != self.workload.token_limit
+                     else f"the limit of {limit} tokens")
+            self.dataset_problem = (f"{len(too_long)} prompt(s) with their output exceed {which}: "
+                                    f"{', '.join(too_long[:5])}" + (" …" if len(too_long) > 5 else ""))
             return
         # How many tokens the server adds to a dataset prompt (a BOS token; for chat, the template).
         self.entry_offset = self.prompts.offset if self.prompts.pool else 0
