@@ -95,20 +95,31 @@ def test_jsonl_prompts_are_sent_with_their_exact_token_counts(simulator):
     assert seen == {0, 1, 2, 3}  # 12 requests cycle through the 4 prompts
 
 
-def test_too_long_dataset_prompt_fails_preparation_with_its_line(simulator):
-    sim = simulator(dialect="vllm")
-    d = Dataset(source="jsonl", entries=tuple(parse_jsonl('{"prompt": "short"}\n{"prompt": "' + "w " * 300 + '"}')))
+LONG_SECOND_LINE = '{"prompt": "short"}\n{"prompt": "' + "w " * 300 + '"}'
+
+
+def _preparation_problem(url: str, token_limit: int, read_context: bool = False) -> str:
+    """What preparing a run of the two-line dataset above says; with `read_context` the server's
+    identity (its context per request) is read first, as the worker's preflight does."""
+    d = Dataset(source="jsonl", entries=tuple(parse_jsonl(LONG_SECOND_LINE)))
 
     async def go():
-        session = Session(Target(sim.url, "vllm"), Workload(dataset=d, token_limit=200),
+        session = Session(Target(url, "vllm"), Workload(dataset=d, token_limit=token_limit),
                           loads=[Load(concurrency=1, requests=2)])
         try:
             pf = await session.preflight()
+            if read_context:
+                identity = await server_identity(session.client, url, "vllm")
+                assert session.context_check(identity) is None  # a dataset's lengths are known once tokenized
             await session.prepare(pf.model)
             return session.dataset_problem
         finally:
             await session.close()
-    problem = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_too_long_dataset_prompt_fails_preparation_with_its_line(simulator):
+    problem = _preparation_problem(simulator(dialect="vllm").url, token_limit=200)
     assert "line 2 (300 prompt tokens)" in problem and "limit of 200 tokens" in problem
 
 
@@ -240,19 +251,5 @@ def test_a_dataset_prompt_past_the_servers_context_is_refused_before_any_is_sent
     """A server whose context per request (vLLM's max_model_len) is 256 tokens: a 300-token JSONL
     prompt would fail every time, so preparation refuses it, naming its line, as generated
     prompts are refused by the context check."""
-    sim = simulator(dialect="vllm", context=256)
-    d = Dataset(source="jsonl", entries=tuple(parse_jsonl('{"prompt": "short"}\n{"prompt": "' + "w " * 300 + '"}')))
-
-    async def go():
-        session = Session(Target(sim.url, "vllm"), Workload(dataset=d, token_limit=8192),
-                          loads=[Load(concurrency=1, requests=2)])
-        try:
-            pf = await session.preflight()
-            identity = await server_identity(session.client, sim.url, "vllm")
-            assert session.context_check(identity) is None  # a dataset's lengths are known once tokenized
-            await session.prepare(pf.model)
-            return session.dataset_problem
-        finally:
-            await session.close()
-    problem = asyncio.run(go())
+    problem = _preparation_problem(simulator(dialect="vllm", context=256).url, token_limit=8192, read_context=True)
     assert "line 2 (300 prompt tokens)" in problem and "the 256 tokens the server gives each request" in problem
