@@ -272,3 +272,12 @@ def test_it_serialises_to_json():
 def test_it_rejects_a_workload_it_cannot_reason_about(workload, message):
     with pytest.raises(ValueError, match=message):
         advise(V100, R1_7B, workload, [])
+
+
+@pytest.mark.parametrize("fp8, llamacpp, clear", [(1000.0, 980.0, False), (1000.0, 500.0, True)])
+def test_two_measured_candidates_within_the_noise_name_no_clear_winner(fp8, llamacpp, clear):
+    """The ranking still puts one first, but the verdict says when the figures it ranked on are
+    within the run-to-run noise (one run each: ±10 %)."""
+    rec = advise(H200, R1_7B, work(8, "throughput"), h200_runs(fp8, llamacpp))
+    assert rec.recommended == "vllm-fp8" and rec.why[2].startswith("Next: llama.cpp"), rec.why
+    assert ("No clear winner between them: 1.02× apart, within the ±10 %" in rec.why[2]) is not clear, rec.why[2]

@@ -8,6 +8,7 @@ from datetime import date
 from typing import Mapping, Sequence
 
 from ..engine.catalogue import figure
+from ..engine.differences import judge
 from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, min_compute_capability, users_str,
                     ineligible_reasons, requirements, start_check)
 from .cards import CardsAnswer
@@ -613,12 +614,27 @@ def _why(gpu: GpuSpec, workload: Workload, results: list[CandidateResult], rec: 
             third += " An estimate ranks below figures that were measured or published, whatever its value."
         elif _bands_overlap(workload, rec, others[0]):
             third += " The two estimates overlap: measure both before choosing between them."
+        elif (d := _within_noise(rec, others[0])) is not None:
+            published = " (a published figure's own uncertainty is not known)" if "published" in (
+                rec.priority_how, others[0].priority_how) else ""
+            third += (f" No clear winner between them: {d.ratio:.2f}× apart, {d.why()}{published}; measure both "
+                      f"with trials before choosing.")
     elif refused:
         third = (f"{', '.join(refused)} cannot start on compute capability {cc_str(gpu.compute_capability)} "
                  f"(see each breakdown).")
     else:
         third = "No other candidate has figures at this load to compare with."
     return [first, second, third]
+
+
+def _within_noise(a: CandidateResult, b: CandidateResult):
+    """The difference between two candidates' figures read from data (measured, published, or
+    between measured levels) when it is within their noise (engine/differences.py); else None."""
+    read = ("measured", "published", "interpolated")
+    if a.priority_how not in read or b.priority_how not in read or not a.priority_value or not b.priority_value:
+        return None
+    d = judge([a.priority_value], [b.priority_value])
+    return d if d is not None and not d.clear else None
 
 
 def _band(workload: Workload, r: CandidateResult) -> tuple[float, float] | None:
