@@ -259,7 +259,8 @@ def test_the_cpu_vllm_is_started_from_a_recipe_measured_and_stopped(lab_worker, 
     assert f.memory_freed is True and gone(f.pid)
     assert run.server_config[str(launch.endpoint_id)]["backend"] == "vllm"
     level = LevelResult.objects.get(run=run, endpoint=launch.endpoint)
-    assert level.completed == 3 and level.stats.stat("decode_tok_s", "p50") > 0
+    # (not the decode speed: on a busy machine vLLM may deliver a request's tokens in one read)
+    assert level.completed == 3 and level.stats.stat("aggregate_tok_s") > 0
 
 
 def test_a_member_cannot_create_or_edit_recipes(client, llama_paths):

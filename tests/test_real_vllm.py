@@ -85,13 +85,12 @@ def test_the_engine_measures_real_vllm(vllm_server):
         for c in (1, 4):
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 outcome = await s.measure(Load(concurrency=c, requests=6))
-                lag = outcome.client.get("loop_lag_ms_max") or 0
-                # Chunks read after a stall of this client's loop arrive together (a time per
-                # output token of 0): the product flags such a level; measure it again.
-                if all(r.tpot is None or r.tpot > 0.001 for r in outcome.results) or lag <= STALL_MS \
-                        or attempt == MAX_ATTEMPTS:
+                # Tokens read after a stall of this busy machine (the client's loop, or vLLM's API
+                # process) arrive together, a time per output token of 0: measure it again.
+                if all(r.tpot is None or r.tpot > 0.001 for r in outcome.results) or attempt == MAX_ATTEMPTS:
                     break
-                print(f"\nvLLM c={c}: client stalled {lag:.0f} ms, measuring again")
+                lag = outcome.client.get("loop_lag_ms_max") or 0
+                print(f"\nvLLM c={c}: tokens arrived together (client loop lag max {lag:.0f} ms), measuring again")
             outcomes.append(outcome)
         await s.close()
         return outcomes
@@ -145,7 +144,9 @@ def test_ttft_and_decode_agree_with_vllms_own_metrics(vllm_server):
                 # shared) times chunks late: the product flags such a level (client_saturated)
                 # and it is no measurement. Measure it again; any other disagreement fails.
                 lag = outcome.client.get("loop_lag_ms_max") or 0
-                assert lag > STALL_MS and attempt < MAX_ATTEMPTS, f"{problem} (client loop lag max {lag:.0f} ms)"
+                coalesced = problem.startswith("every request's tokens arrived in one read")
+                assert (lag > STALL_MS or coalesced) and attempt < MAX_ATTEMPTS, \
+                    f"{problem} (client loop lag max {lag:.0f} ms)"
                 print(f"\nvLLM c={c}: client stalled {lag:.0f} ms, measuring again: {problem}")
         await s.close()
 
@@ -170,6 +171,8 @@ def compare_level(outcome, before: dict, after: dict, n: int) -> str | None:
     their_ttft = delta(TTFT + "_sum") / n
     their_decode = delta(itl + "_count") / delta(itl + "_sum")
     our_ttft = sum(r.ttft for r in outcome.results) / n
+    if not sum(r.tpot or 0 for r in outcome.results):
+        return "every request's tokens arrived in one read (a stall of this machine)"
     our_decode = 1 / (sum(r.tpot for r in outcome.results) / n)
     print(f"\nvLLM c={c} n={n}: TTFT ours {our_ttft * 1000:.1f} ms, vLLM {their_ttft * 1000:.1f} ms "
           f"(+{(our_ttft - their_ttft) * 1000:.1f} ms); decode ours {our_decode:.2f} tok/s, "
