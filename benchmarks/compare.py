@@ -19,6 +19,8 @@ from __future__ import annotations
 from benchmarks import csv_cells
 import io
 
+from benchmarks.advisor.facts import CANDIDATE_FOR, ineligible_reasons
+from benchmarks.advisor.gpus import peak_of
 from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure, shown
 from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
 from benchmarks.engine.differences import judge
@@ -102,7 +104,7 @@ def differences(series: list[dict]) -> list[str]:
     measuring, then every fingerprint field on which the series disagree, each distinct value
     once with its series. Unknown values (None, e.g. a temperature an imported file does not
     state) are reported as unknown rather than silently matched."""
-    warnings = model_differences(series) + method_differences(series)
+    warnings = model_differences(series) + method_differences(series) + start_warnings(series)
     for key, name in FINGERPRINT_FIELDS.items():
         values = [s["fingerprint"].get(key) for s in series]
         known = {v for v in values if v is not None}
@@ -113,6 +115,23 @@ def differences(series: list[dict]) -> list[str]:
             missing = ", ".join(s["label"] for s in series if s["fingerprint"].get(key) is None)
             warnings.append(f"{name[0].upper() + name[1:]} unknown for {missing}; the others used {known.pop()}.")
     return warnings
+
+
+def start_warnings(series: list[dict]) -> list[str]:
+    """Beside figures of an engine and quantization that cannot start on the series' GPU (the
+    advisor's facts, with their sources): the decision page refuses them, so the comparison says
+    so too, e.g. a published vLLM FP8 figure on a V100."""
+    out = []
+    for s in series:
+        candidate = CANDIDATE_FOR.get((s.get("backend"), s.get("quantization")))
+        peak = peak_of(s.get("gpu") or "")
+        if candidate is None or peak is None:
+            continue
+        reasons = ineligible_reasons(candidate, peak.compute_capability)
+        if reasons:
+            out.append(f"{s['label']}: {candidate.label} {reasons[0][0].lower()}{reasons[0][1:]} "
+                       f"Its figures cannot come from upstream {candidate.label.split()[0]} on a {peak.name}.")
+    return out
 
 
 def distinct_labels(series: list[dict]) -> list[dict]:

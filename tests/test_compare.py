@@ -133,3 +133,20 @@ def test_a_contended_level_is_the_basis_of_no_winner():
     assert s["significant"] is False and "faster" not in s["text"]
     assert s["text"].startswith("No winner named for Decode per stream p50 between B and A")
     assert "B: measuring host busy" in s["text"] and "not comparable" in s["text"]
+
+
+def test_figures_of_an_engine_that_cannot_start_on_their_gpu_say_so_beside_them():
+    """The decision page refuses vLLM FP8 on a V100; a comparison showing the write-up's FP8
+    figures says why they cannot come from upstream vLLM there, with the fact's source."""
+    from benchmarks.compare import differences
+
+    def series(label, backend, quantization, gpu):
+        return {"label": label, "kind": "published", "backend": backend, "quantization": quantization, "gpu": gpu,
+                "model": "m", "tool": "serving", "fingerprint": {}, "levels": []}
+
+    said = differences([series("fp8 on v100", "vllm", "fp8_e4m3", "Tesla V100-PCIE-16GB"),
+                        series("q4 on v100", "llamacpp", "gguf_q4_k_m", "Tesla V100-PCIE-16GB"),
+                        series("fp8 on h200", "vllm", "fp8_e4m3", "NVIDIA H200")])
+    refused = [w for w in said if "cannot start" in w]
+    assert len(refused) == 1 and refused[0].startswith("fp8 on v100: vLLM FP8 cannot start on compute capability 7.0")
+    assert "fp8.py" in refused[0] and "cannot come from upstream vLLM on a Tesla V100" in refused[0]

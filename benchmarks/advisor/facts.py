@@ -304,6 +304,14 @@ DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
 )
 
 
+# Candidate.quantization -> Variant.quantization: how a registered endpoint or a report maps to a
+# candidate. A candidate whose quantization the inventory cannot name (Q5_K_M) has no measured evidence.
+VARIANT_QUANTIZATION = {"fp8": "fp8_e4m3", "q4_k_m": "gguf_q4_k_m", "awq": "awq", "gptq": "gptq",
+                        "q8_0": "gguf_q8_0", "bf16": "bf16"}
+CANDIDATE_FOR = {(c.backend, VARIANT_QUANTIZATION[c.quantization]): c for c in DEFAULT_CANDIDATES
+                 if c.quantization in VARIANT_QUANTIZATION}
+
+
 def engine_version(backend: str, builds: EngineBuilds) -> tuple[int, int] | None:
     return builds.vllm_version if backend == VLLM else None
 

@@ -15,6 +15,7 @@ from django.utils.text import slugify
 from benchmarks.advisor import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, EngineBuilds,
                                 Evidence, GpuSpec, LaunchEvidence, ModelSpec, QualityEvidence, published_v100_evidence,
                                 published_v100_quality)
+from benchmarks.advisor.facts import CANDIDATE_FOR, VARIANT_QUANTIZATION  # noqa: F401 (the presenter's too)
 from benchmarks.advisor.launches import parse_version
 from benchmarks.advisor.performance import gpu_key, model_key
 from benchmarks.engine import load_modes, multi_gpu
@@ -25,13 +26,7 @@ from benchmarks.models import (Decision, Endpoint, Gpu, Host, LevelResult, Model
                                ServerLaunch, ServerRecipe)
 from benchmarks.selectors import address_hider, decision_by_public_id, endpoint_label, level_point
 
-# Candidate.quantization -> Variant.quantization: how a registered endpoint maps to a candidate.
-# A candidate whose quantization the inventory cannot name (Q5_K_M) has no measured evidence.
-VARIANT_QUANTIZATION = {"fp8": "fp8_e4m3", "q4_k_m": "gguf_q4_k_m", "awq": "awq", "gptq": "gptq",
-                        "q8_0": "gguf_q8_0", "bf16": "bf16"}
 CANDIDATES = {c.key: c for c in DEFAULT_CANDIDATES}
-CANDIDATE_FOR = {(c.backend, VARIANT_QUANTIZATION[c.quantization]): c for c in DEFAULT_CANDIDATES
-                 if c.quantization in VARIANT_QUANTIZATION}
 CC_MIN, CC_MAX = (3, 0), (15, 9)  # the compute capabilities a GPU can state
 CC_RANGE = f"from {CC_MIN[0]}.{CC_MIN[1]} to {CC_MAX[0]}.{CC_MAX[1]}"
 EVIDENCE_LIMIT = 2000  # newest measured levels read per decision
