@@ -23,7 +23,7 @@ from benchmarks.advisor.facts import CANDIDATE_FOR, ineligible_reasons
 from benchmarks.advisor.gpus import peak_of
 from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure, shown
 from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
-from benchmarks.engine.differences import judge
+from benchmarks.engine.differences import Noise, judge
 from benchmarks.engine.validity import CONTENDED, FLAG_NAMES
 
 
@@ -217,7 +217,8 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
     if ratio == _times(1, 1):  # within half a percent: no winner to name
         return {**base, "text": f"{f.label} is the same for {x['label']} and {y['label']} {where} "
                                 f"({a:.{m.digits}f} vs {b:.{m.digits}f} {f.quoted})."}
-    d = judge(_trial_values(xl, f, a), _trial_values(yl, f, b),
+    noise = Noise.wider(xl.noise.get(f.name), yl.noise.get(f.name))
+    d = judge(_trial_values(xl, f, a), _trial_values(yl, f, b), noise.pct,
               intervals=(xl.intervals.get(f.name), yl.intervals.get(f.name)))
     if d is None:  # no positive figure on a side: nothing to compare
         return None
@@ -232,7 +233,7 @@ def sentence(f: Figure, x: dict, xl: Point, y: dict, yl: Point, where: str) -> d
                    if published else "")
         return {**base, "significant": False,
                 "text": f"No clear difference in {f.label} between {x['label']} and {y['label']} {where} "
-                        f"({_times(max(a, b), min(a, b))}, {both}): {d.why()}{unknown}; "
+                        f"({_times(max(a, b), min(a, b))}, {both}): {d.why(noise)}{unknown}; "
                         f"{'more requests per level' if d.overlap else 'several trials a side'} would settle it."}
     phrase = m.phrase or ("{winner} has a {ratio} lower {what} than {loser}" if m.lower_is_better
                           else "{winner} has a {ratio} higher {what} than {loser}")

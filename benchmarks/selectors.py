@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from datetime import datetime, time, timedelta
 
+from django.conf import settings
 from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
@@ -20,7 +21,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from benchmarks import csv_cells
-from benchmarks.engine.catalogue import (ACROSS_TRIALS, GPU_SIDE_BY_SIDE, METRICS, REQUEST_CSV, RESULTS_TABLE, SLO_SEARCH,
+from benchmarks.engine.catalogue import (ACROSS_TRIALS, COMPARED, GPU_SIDE_BY_SIDE, METRICS, REQUEST_CSV, RESULTS_TABLE, SLO_SEARCH,
                                          Figure, definitions, figure)
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
 from benchmarks.engine.client import Finding
@@ -34,6 +35,7 @@ from benchmarks.engine.metrics import LevelSummary, RequestResult, request_value
 from benchmarks.engine.points import Point, QualityPoint, stated
 from benchmarks.engine.server_metrics import ServerSeries, ServerSummary
 from benchmarks.engine.stats import Estimate, estimate
+from benchmarks.engine.differences import Noise
 from benchmarks.engine.validity import CONTENDED, FLAG_NAMES
 from benchmarks.models import (ApiToken, Comparison, Decision, DeletedRun, Endpoint, EvaluationText, ImportedReport,
                                LevelResult, QualityMeasurement, RequestRecord, Run, Schedule, ServerRecipe)
@@ -627,8 +629,22 @@ def run_series(run: Run) -> list[dict]:
                                            temperature=run.temperature, api=run.api, load_mode=run.load_mode,
                                            gpu=gpu, gpu_count=count),
                 "levels": [], "launch": launches[e.id].figures if e.id in launches else None}
-        by_endpoint[e.id]["levels"].append(level_point(lv, group))
+        by_endpoint[e.id]["levels"].append(replace(level_point(lv, group), noise=_history_noise(lv)))
     return list(by_endpoint.values())
+
+
+def _history_noise(level: LevelResult) -> dict:
+    """Per comparison figure, how much the level's endpoint varied over its last comparable runs
+    (the same workload fingerprint and level, before this run): differences.Noise, where there
+    are enough of them."""
+    from benchmarks.history import comparable_levels
+
+    if not level.fingerprint:
+        return {}
+    earlier = comparable_levels(level, settings.REGRESSION_WINDOW)
+    floor = settings.REGRESSION_NOISE_FLOOR_PCT
+    return {f.name: noise for f in COMPARED
+            if (noise := Noise.of_history([lv.stats.figure(f) for lv in earlier], floor)) is not None}
 
 
 def report_series(report) -> dict:

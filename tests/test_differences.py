@@ -95,3 +95,29 @@ def test_sentences_name_no_winner_from_the_spread_between_requests():
         if "intervals overlap" in s["text"]:
             assert "more requests per level would settle it" in s["text"]
     assert named == 0
+
+
+def test_an_endpoints_own_history_sets_the_noise_a_winner_must_beat():
+    from benchmarks.compare import sentence
+    from benchmarks.engine.differences import Noise
+    from benchmarks.engine.points import Point
+
+    fig = next(f for f in catalogue.COMPARED if f.stat is None)  # a figure of the whole level
+    # s / mean = 0.854 / 100.125 = 0.85 %: two runs differ by more than 1.96 × √2 × 0.85 = 2.4 % one
+    # time in twenty; 16.52 / 98.75 = 16.7 %: by 46.4 %
+    steady = Noise.of_history([100.0, 101.0, 99.0, 100.5])
+    shaky = Noise.of_history([80.0, 120.0, 100.0, 95.0])
+    assert Noise.of_history([100.0, 101.0]) is None and (steady.pct, shaky.pct) == (2.4, 46.4)
+
+    def point(value, noise):
+        return Point(label="x", concurrency=8, figures={fig.name: value}, noise={fig.name: noise} if noise else {})
+
+    # 6 % apart: beyond a steady endpoint's 2.4 %, though within the stated ±10 % default
+    s = sentence(fig, {"label": "A"}, point(106.0, steady), {"label": "B"}, point(100.0, steady), "at 8")
+    assert not s["text"].startswith("No clear") and s["significant"] is None, s["text"]
+    s = sentence(fig, {"label": "A"}, point(106.0, None), {"label": "B"}, point(100.0, None), "at 8")
+    assert "within the ±10 % one run of an endpoint varies" in s["text"]
+    # 30 % apart: within what a shaky endpoint's runs differ by; the wider side's noise counts
+    s = sentence(fig, {"label": "A"}, point(130.0, shaky), {"label": "B"}, point(100.0, steady), "at 8")
+    assert s["text"].startswith("No clear difference") and f"±{shaky.pct:g} % two runs of this endpoint" in s["text"]
+    assert "from its last 4 comparable runs" in s["text"]

@@ -69,3 +69,14 @@ def test_a_contended_level_is_said_at_the_top_of_the_run_page(client):
     assert "Not comparable:" in banner and "1 of 2 levels was measured" in banner
     assert f"busy · {level.load_label}: measuring host busy" in banner
     assert page.index('id="contended-banner"') < page.index('id="progress"')  # before any number
+
+
+@pytest.mark.django_db
+def test_a_comparison_point_carries_its_endpoints_noise_from_earlier_comparable_runs():
+    e = endpoint()
+    first = measured_run([e], levels=(2,), requests=4, tokens=4, owner=user())
+    assert selectors.run_series(first)[0]["levels"][0].noise == {}  # no history yet: the stated default
+    for _ in range(3):
+        last = measured_run([e], levels=(2,), requests=4, tokens=4, owner=first.owner)
+    noise = selectors.run_series(last)[0]["levels"][0].noise
+    assert noise and all("from its last 3 comparable runs" in n.words for n in noise.values()), noise

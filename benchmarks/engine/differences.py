@@ -15,8 +15,39 @@ from typing import Sequence
 from benchmarks.engine.stats import welch
 
 # One run of an endpoint differs from the next on a shared host by this much (a stated default until
-# the endpoint's own trials give its spread): with one trial a side, a smaller ratio names no winner.
+# the endpoint's own history gives its spread): with one trial a side, a smaller ratio names no winner.
 NOISE_PCT = 10.0
+DEFAULT_NOISE_WORDS = "one run of an endpoint varies from the next on a shared host"
+# Two runs, each off by a relative standard deviation s, differ by more than 1.96 × √2 × s one
+# time in twenty: the run-to-run noise an endpoint's own history shows, as a threshold.
+TWO_RUNS_95 = 1.96 * 2 ** 0.5
+MIN_HISTORY_RUNS = 3
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The run-to-run noise of one figure at one level: its threshold in percent, and from what."""
+
+    pct: float = NOISE_PCT
+    words: str = DEFAULT_NOISE_WORDS
+
+    @classmethod
+    def of_history(cls, values: Sequence[float | None], floor_pct: float = 1.0) -> "Noise | None":
+        """From the figure's values in an endpoint's earlier comparable runs (None: fewer than
+        MIN_HISTORY_RUNS): two runs differ by more than `pct` one time in twenty."""
+        values = [float(v) for v in values if v is not None and v > 0]
+        if len(values) < MIN_HISTORY_RUNS:
+            return None
+        cv = 100.0 * statistics.stdev(values) / statistics.fmean(values)
+        pct = max(TWO_RUNS_95 * cv, floor_pct)
+        return cls(round(pct, 1), f"two runs of this endpoint differ by one time in twenty (from its last "
+                                  f"{len(values)} comparable runs)")
+
+    @staticmethod
+    def wider(*noises: "Noise | None") -> "Noise":
+        """The widest known of two sides' noise; the stated default where neither has history."""
+        known = [n for n in noises if n is not None]
+        return max(known, key=lambda n: n.pct) if known else Noise()
 
 
 @dataclass(frozen=True)
@@ -37,7 +68,7 @@ class Difference:
     def a_is_larger(self) -> bool:
         return self.a >= self.b
 
-    def why(self, noise_pct: float = NOISE_PCT) -> str:
+    def why(self, noise: "Noise | None" = None) -> str:
         """The test behind the verdict, in words ("" for a clear, untested one-trial difference)."""
         na, nb = self.n
         if self.significant is not None:
@@ -45,7 +76,8 @@ class Difference:
         if self.overlap:
             return "within the spread between requests: the two percentiles' 95 % intervals overlap"
         if not self.clear:
-            return f"within the ±{noise_pct:g} % one run of an endpoint varies from the next on a shared host"
+            noise = noise or Noise()
+            return f"within the ±{noise.pct:g} % {noise.words}"
         if na > 1 or nb > 1:
             return f"not tested for significance: n={na} and n={nb} trials, and one trial has no spread to test"
         return ""

@@ -38,6 +38,9 @@ class Point:
     # A level of one trial: Figure.name -> the 95 % interval of its percentile over the level's
     # requests, where there were enough requests for one (metrics.percentile_interval).
     intervals: dict = field(default_factory=dict)
+    # Figure.name -> differences.Noise: how much its endpoint's earlier comparable runs varied
+    # at this level (a measured level with enough history); the stated default otherwise.
+    noise: dict = field(default_factory=dict)
 
     def __post_init__(self):
         unknown = set(self.figures) - set(NAMES)
