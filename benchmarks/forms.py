@@ -13,6 +13,7 @@ from benchmarks.importers import size_text
 from benchmarks.engine import validity
 from benchmarks.engine.launcher import format_value
 from benchmarks.engine.plan import RunPlan
+from benchmarks.limits import load_limits, plan_limits
 from benchmarks.models import (MAX_TRIALS, Endpoint, EvaluationText, ImportedReport, Run, Schedule,
                                ServerRecipe, Variant, email_list, validate_emails, validate_webhook_url)
 
@@ -504,14 +505,7 @@ class RunForm(forms.Form):
             self.add_error("endpoints", "Choose at least one endpoint or server recipe.")
         # Each server started from a recipe measures the levels as an endpoint does.
         data["_measured"] = len(data.get("endpoints") or []) + servers
-        self._check_run_time(data)
-        levels = _levels(data) * data["trials"]
-        total = data.pop("_measured") * levels * (data.get("requests_per_level") or 0)
-        if total > settings.MAX_REQUESTS_PER_RUN:
-            raise forms.ValidationError(
-                f"This run would send {total} requests (endpoints and recipe settings × levels"
-                f"{' × trials' if data['trials'] > 1 else ''} × requests per level); the limit is "
-                f"{settings.MAX_REQUESTS_PER_RUN}.")
+        self._check_limits(data, data.pop("_measured"))
         # The runs-in-flight limit is checked by services.run_create, atomically with the insert.
         self._clean_dataset(data)
         dataset = data.get("dataset")
@@ -620,15 +614,17 @@ class RunForm(forms.Form):
         plan, rows = RunPlan.split(self.cleaned_data)
         return {"plan": plan, **rows}
 
-    def _check_run_time(self, data) -> None:
-        """The run must be able to end within RUN_TIME_LIMIT_S, as its load mode reckons it:
-        levels, trials and endpoints (servers started from recipes too) one after another."""
-        load = load_of(data)
-        problem = load and load.run_time_problem(data.get("requests_per_level"), data.get("duration_s"),
-                                                 data.get("trials") or 1, data.get("_measured") or 1,
-                                                 settings.RUN_TIME_LIMIT_S)
-        if problem:
-            self.add_error(*problem)
+    def _check_limits(self, data, measured: int) -> None:
+        """The site's limits on the run as a whole (its requests, its time: the load mode reckons
+        levels, trials and endpoints, servers started from recipes too, one after another),
+        judged as run_create judges every plan (RunPlan.problems), here beside their fields."""
+        try:
+            plan = RunPlan.split(data)[0]
+        except (TypeError, ValueError, load_modes.UnknownLoadMode):
+            return  # a field of the plan is missing or wrong: its own message says so
+        for field, message in plan.problems(plan_limits(), measured):
+            if field is None or field not in self.errors:
+                self.add_error(field, message)
 
 
 # Where the fields a load mode owns go: its load fields after the cap, its search's after the SLOs.
@@ -668,18 +664,6 @@ class _FormProblems:
         return field in self.form.errors
 
 
-def load_limits() -> load_modes.Limits:
-    return load_modes.Limits(max_concurrency=settings.MAX_CONCURRENCY, min_rate=settings.MIN_REQUEST_RATE,
-                             max_rate=settings.MAX_REQUEST_RATE)
-
-
-def load_of(data) -> "load_modes.LoadMode | None":
-    """The typed load of run_create's arguments (a cleaned run form, a schedule's template)."""
-    if data.get("load_mode") not in load_modes.LOAD_MODES:
-        return None
-    return load_modes.from_arguments(data["load_mode"], **{k: data[k] for k in load_modes.ARGUMENTS if k in data})
-
-
 def evaluation_text_upload(f) -> dict:
     """An uploaded evaluation text as {"name", "text"}: UTF-8, not empty, within MAX_EVALUATION_TEXT_MIB."""
     # Strict UTF-8, and nothing stripped: the sha256 is the file's own.
@@ -690,12 +674,6 @@ def evaluation_text_upload(f) -> dict:
         raise forms.ValidationError(f"{f.name} contains a NUL character (position {text.index(chr(0)) + 1}): "
                                     "it is not plain text.")
     return {"name": f.name[:200], "text": text}
-
-
-def _levels(data) -> int:
-    """The levels one trial of the run measures on each endpoint (an SLO search: its most probes)."""
-    load = load_of(data)
-    return load.level_count() if load else 0
 
 
 def _utf8_upload(f, limit_mib: int, what: str) -> str:

@@ -32,7 +32,8 @@ from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
 from benchmarks import loadgen
 from benchmarks.engine import shards
-from benchmarks.engine.plan import Limits as PlanLimits, RunPlan
+from benchmarks.engine.plan import RunPlan
+from benchmarks.limits import plan_limits
 from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
 from benchmarks.engine.server_metrics import ServerSummary, server_identity
 from benchmarks.engine.slo_search import SloSearch, max_probes
@@ -79,11 +80,6 @@ def run_create(*, owner, endpoints: list[Endpoint], plan: RunPlan, title: str = 
             Run.objects.filter(id=run.id).update(progress_total=models.F("progress_total") + len(launches) * per_endpoint)
         transaction.on_commit(lambda: run_enqueue(run=run))
     return run
-
-
-def plan_limits() -> PlanLimits:
-    return PlanLimits(max_requests_per_level=settings.MAX_REQUESTS_PER_LEVEL,
-                      max_requests_per_run=settings.MAX_REQUESTS_PER_RUN, run_time_limit_s=settings.RUN_TIME_LIMIT_S)
 
 
 def _measured_per_endpoint(plan: RunPlan) -> int:

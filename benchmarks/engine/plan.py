@@ -222,7 +222,9 @@ class RunPlan:
                                       f"{limits.run_time_limit_s:g} s."))
         total = measured * self.levels_per_endpoint() * w.requests_per_level
         if total > limits.max_requests_per_run:
-            out.append((None, f"This run would send {total} requests; the limit is {limits.max_requests_per_run}."))
+            out.append((None, f"This run would send {total} requests; the limit is {limits.max_requests_per_run}. It "
+                              f"counts endpoints and recipe settings × levels{' × trials' if self.trials > 1 else ''}"
+                              f" × requests per level."))
         if problem := self.load.run_time_problem(w.requests_per_level, w.duration_s, self.trials, measured or 1,
                                                  limits.run_time_limit_s):
             out.append(problem)
