@@ -46,7 +46,7 @@ def test_every_export_gives_a_requests_times_from_its_levels_start(client):
     rows = list(csv.DictReader(io.StringIO(client.get(reverse("run-requests-csv", args=[run.public_id])).content.decode())))
     assert api["first_content"] == export["first_content"] == expected
     assert float(rows[0]["first content (s from the level start)"]) == expected
-    assert api["end"] == export["end"] == round(stored.sent + stored.end, 6) > expected
+    assert api["end"] == export["end"] == round(stored.sent + stored.end, 6) >= expected  # one chunk: equal
 
 
 @pytest.mark.django_db
