@@ -64,10 +64,6 @@ class Difference:
         """The larger over the smaller (≥ 1)."""
         return max(self.a, self.b) / min(self.a, self.b)
 
-    @property
-    def a_is_larger(self) -> bool:
-        return self.a >= self.b
-
     def why(self, noise: "Noise | None" = None) -> str:
         """The test behind the verdict, in words ("" for a clear, untested one-trial difference)."""
         na, nb = self.n

@@ -11,7 +11,7 @@ Rows of the database (endpoints, recipes, the evaluation text, the reference) ar
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 
 from benchmarks.engine import load_modes
 from benchmarks.engine.arrivals import ArrivalPattern
@@ -189,9 +189,6 @@ class RunPlan:
                 "slo_percentile": s.percentile, "quality": q.on, "quality_ctx": q.ctx, "quality_chunks": q.chunks,
                 "load_processes": self.clients.processes, "load_workers": self.clients.workers,
                 "sweep": dict(self.sweep)}
-
-    def with_sweep(self, sweep: dict) -> "RunPlan":
-        return replace(self, sweep={str(k): v for k, v in sweep.items()})
 
     def comparable_shape(self) -> dict:
         """What two runs must share for history to compare their levels (the workload's part of
