@@ -6,21 +6,43 @@ Axis titles, units and column names come from the metric catalogue (engine/catal
 """
 from __future__ import annotations
 
-from benchmarks import csv_cells
 import io
 import random
 
-from benchmarks.engine.catalogue import GPU_CHART, SERVER_CHART, SWEEP_TABLE, THROUGHPUT_CHART, Metric
+from benchmarks import csv_cells
+from benchmarks.engine.catalogue import (
+    GPU_CHART,
+    SERVER_CHART,
+    SWEEP_TABLE,
+    THROUGHPUT_CHART,
+    Metric,
+)
 
 MAX_POINTS = 2000  # per trace
 MAX_BARS = 1500  # requests drawn in a timeline
+LEGEND_ROW_PX = 22
+BELOW_PX = 75  # under the plot: the x axis' tick labels and its title
 
 
-def figure(data, layout, columns, rows) -> dict:
-    base = {"margin": {"t": 40, "r": 20, "b": 90, "l": 60},
-            "legend": {"orientation": "h", "yanchor": "top", "y": -0.25},  # below the x-axis title
-            "hovermode": "closest"}
-    base.update(layout)
+def figure(data, layout, columns, rows, *, plot_px: int, below_px: int = BELOW_PX) -> dict:
+    """A figure with the table of its numbers, its text laid out one way whatever the chart: the
+    title in the top margin; each y axis' tick labels and title in a side margin Plotly sizes to
+    them (automargin); the x axis' tick labels and title in `below_px` under the plot; under them
+    the legend, one entry a row (a row of several would wrap by the page's width), in a bottom
+    margin that grows with it, so the plot keeps `plot_px` however many entries. The legend is
+    placed from the figure's bottom edge (yref "container"), not as a fraction of the plot, so
+    nothing that changes the plot's height can move it onto the axis title."""
+    entries = sum(1 for t in data if t.get("showlegend", True))
+    legend_px = LEGEND_ROW_PX * entries + 10 if entries else 0
+    margin = {"t": 40, "r": 20, "l": 60, **layout.get("margin", {}), "b": below_px + legend_px}
+    height = margin["t"] + plot_px + margin["b"]
+    base = {"hovermode": "closest", "showlegend": entries > 0,
+            "legend": {"orientation": "v", "x": 0, "xanchor": "left", "yref": "container", "yanchor": "top",
+                       "y": legend_px / height, "tracegroupgap": 0}}  # no gap between legend groups
+    base.update(layout, margin=margin, height=height)
+    for key, axis in base.items():
+        if key.startswith("yaxis"):
+            base[key] = {"automargin": True, **axis}
     return {"data": data, "layout": base, "table": {"columns": columns, "rows": rows}}
 
 
@@ -55,7 +77,6 @@ PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
            "#bab0ac", "#1f3d7a", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f", "#d62728", "#2ca02c", "#9467bd",
            "#e377c2", "#000000")
 PANEL_PX = 250  # the height of each panel's plot area
-LEGEND_ROW_PX = 22
 
 
 def series_name(s: dict) -> str:
@@ -101,15 +122,10 @@ def throughput_figure(series: list[dict]) -> dict:
             data.append(trace)
         for x, p in zip(xs, levels):
             rows.append([s["label"], s.get("kind", "measured"), x_of(p), p.label, *(_r(p.get(f), 2) for f in panels)])
-    # The legend below the lower panel's axis title, one row per series, in a bottom margin that
-    # grows with it: the panels keep their height whatever the number of series.
-    plot_px, below_px = len(panels) * PANEL_PX + 60, 75
     layout = {"title": {"text": "Throughput vs load" if not one_load else "Throughput at one load"},
               "grid": {"rows": len(panels), "columns": 1, "pattern": "independent", "roworder": "top to bottom",
                        "ygap": 0.25},
-              "legend": {"orientation": "v", "yanchor": "top", "y": -below_px / plot_px, "x": 0, "xanchor": "left"},
-              "margin": {"t": 40, "r": 20, "b": below_px + 10 + LEGEND_ROW_PX * len(series), "l": 70},
-              "height": 40 + plot_px + below_px + 10 + LEGEND_ROW_PX * len(series)}
+              "margin": {"l": 70}}
     if one_load:
         layout["barmode"] = "group"
     for k, f in enumerate(panels, start=1):
@@ -123,7 +139,8 @@ def throughput_figure(series: list[dict]) -> dict:
                      ticktext=[f"{v:g}" for v in loads])
         layout["xaxis" + suffix] = x
         layout["yaxis" + suffix] = {"title": {"text": f.title}, "rangemode": "tozero"}
-    return figure(data, layout, ["series", "kind", xtitle, "level", *(f.title for f in panels)], rows)
+    return figure(data, layout, ["series", "kind", xtitle, "level", *(f.title for f in panels)], rows,
+                  plot_px=len(panels) * PANEL_PX + 60)
 
 
 def _load_words(rate_mode: bool, loads: list) -> str:
@@ -138,13 +155,18 @@ def sweep_figure(series: list[dict], x_title: str) -> dict:
     """The sweep's figures (catalogue.SWEEP_TABLE: aggregate throughput solid on the left axis,
     p99 TTFT dotted on the right) against the swept setting, one line per recipe and load level.
     A series is {"label", "points": [(x, {figure name: value})]}; x is the swept value, or the
-    setting's label when a recipe sweeps several parameters (then the axis is categorical)."""
+    setting's label when a recipe sweeps several parameters. A server setting is discrete (there
+    is no --parallel 2.5 between 2 and 3): the axis is categorical, its values the labels, in
+    their natural order (numbers ascending, labels as the sweep gave them)."""
     left, right = SWEEP_TABLE
     data, rows = [], []
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for s in series for x, _ in s["points"])
+    order = sorted({x for s in series for x, _ in s["points"]}) if numeric else \
+        list(dict.fromkeys(x for s in series for x, _ in s["points"]))
+    label = (lambda x: f"{x:g}") if numeric else str
     for s in series:
-        points = sorted(s["points"], key=lambda p: p[0]) if numeric else s["points"]
-        xs = [x for x, _ in points]
+        points = sorted(s["points"], key=lambda p: order.index(p[0]))
+        xs = [label(x) for x, _ in points]
         data.append({"type": "scatter", "mode": "lines+markers", "name": f"{s['label']} — {left.label.lower()}",
                      "legendgroup": s["label"], "x": xs, "y": [v.get(left.name) for _, v in points]})
         data.append({"type": "scatter", "mode": "lines+markers", "name": f"{s['label']} — {right.label}",
@@ -153,10 +175,12 @@ def sweep_figure(series: list[dict], x_title: str) -> dict:
         rows += [[s["label"], x, _r(v.get(left.name), 2), _r(v.get(right.name), 2)] for x, v in points]
     return figure(data, {
         "title": {"text": "The sweep: throughput and p99 TTFT per setting"},
-        "xaxis": {"title": {"text": x_title}, "type": "linear" if numeric else "category"},
+        "xaxis": {"title": {"text": x_title}, "type": "category", "categoryorder": "array",
+                  "categoryarray": [label(x) for x in order]},
         "yaxis": {"title": {"text": left.title}, "rangemode": "tozero"},
-        "yaxis2": {"title": {"text": right.title}, "overlaying": "y", "side": "right", "rangemode": "tozero"},
-    }, ["series", x_title, left.title, right.title], rows)
+        "yaxis2": {"title": {"text": right.title}, "overlaying": "y", "side": "right", "rangemode": "tozero",
+                   "showgrid": False},
+    }, ["series", x_title, left.title, right.title], rows, plot_px=300)
 
 # ---------------------------------------------------------------- distributions
 PERCENTILE_MARKS = {"p50": ("line-ns-open", "#1f3d7a"), "p90": ("triangle-up-open", "#f28e2b"),
@@ -192,12 +216,10 @@ def distribution_figure(metric: Metric, groups: list[dict], title: str = "") -> 
                          "hovertemplate": q + " %{y}: %{x:.2f} " + unit + "<extra></extra>"})
     return figure(data, {"title": {"text": title or f"{metric.name} per level"},
                          "xaxis": {"title": {"text": f"{metric.label} ({unit})"}, "rangemode": "tozero"},
-                         "yaxis": {"type": "category", "automargin": True, "autorange": "reversed"},
-                         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 1, "xanchor": "right"},
-                         "margin": {"t": 60, "r": 20, "b": 60, "l": 20},
-                         "height": 140 + 34 * max(len(groups), 3)},
+                         "yaxis": {"type": "category", "autorange": "reversed"},
+                         "margin": {"l": 20}},
                   ["level", "count", *(f"{stat} ({unit})" for stat in ("mean", "p50", "p90", "p99", "min", "max"))],
-                  rows)
+                  rows, plot_px=34 * max(len(groups), 3) + 60)
 
 
 # ---------------------------------------------------------------- timeline
@@ -235,9 +257,9 @@ def timeline_figure(title: str, requests: list[dict]) -> dict:
     return figure(data, {"title": {"text": title + note}, "barmode": "overlay",
                          "xaxis": {"title": {"text": "seconds from the level start"}},
                          "yaxis": {"type": "category", "title": {"text": "request (in send order)"},
-                                   "autorange": "reversed", "showticklabels": len(drawn) <= 64},
-                         "height": max(300, min(900, 16 * len(drawn) + 120))},
-                  ["request", "sent (s)", wait_name + " (ms)", "prefill (ms)", "decode (ms)"], rows)
+                                   "autorange": "reversed", "showticklabels": len(drawn) <= 64}},
+                  ["request", "sent (s)", wait_name + " (ms)", "prefill (ms)", "decode (ms)"], rows,
+                  plot_px=max(180, min(780, 16 * len(drawn))))
 
 
 # ---------------------------------------------------------------- telemetry over time
@@ -274,7 +296,7 @@ def gpu_figure(levels: list[dict]) -> dict:
     level boundaries. levels: {"label", "offset_s", "series": GpuSeries}."""
     data, rows = [], []
     n = len(GPU_CHART)
-    layout = {"title": {"text": "GPU over time"}, "height": 230 * n + 110,
+    layout = {"title": {"text": "GPU over time"},
               "xaxis": {"title": {"text": "seconds from the first level"}, "anchor": f"y{n}", "ticks": "outside"}}
     for k, metric in enumerate(GPU_CHART, start=1):
         axis = "yaxis" if k == 1 else f"yaxis{k}"
@@ -294,7 +316,7 @@ def gpu_figure(levels: list[dict]) -> dict:
         rows += [[g, _r(p[0]), p[1], *p[2]] for p in points if p[1] is not None]
     shapes, notes = _boundaries(levels)
     layout.update(shapes=shapes, annotations=notes)
-    return figure(data, layout, ["gpu", "t (s)", "level", *[m.key for m in GPU_CHART]], rows)
+    return figure(data, layout, ["gpu", "t (s)", "level", *[m.key for m in GPU_CHART]], rows, plot_px=230 * n - 20)
 
 
 def gpus_figure(side: dict) -> dict:
@@ -304,8 +326,6 @@ def gpus_figure(side: dict) -> dict:
     n = len(figures)
     labels = [row["label"] for row in side["rows"]]
     layout = {"title": {"text": "The GPUs side by side, per level"}, "barmode": "group",
-              # room below for the level names, slanted
-              "height": 200 * n + 150 + min(160, 5 * max(len(lb) for lb in labels)),
               "xaxis": {"anchor": f"y{n}", "type": "category", "automargin": True, "tickangle": -30}}
     for k, f in enumerate(figures, start=1):
         top = 1 - (k - 1) / n
@@ -323,7 +343,9 @@ def gpus_figure(side: dict) -> dict:
         rows += [[row["label"], gpu, *[_r(next((c["value"] for c in row["cells"] if c["gpu"] == gpu
                                                  and c["key"] == f.field), None), 3) for f in figures]]
                  for row in side["rows"]]
-    return figure(data, layout, ["level", "gpu", *[f.title for f in figures]], rows)
+    # Room below for the level names, slanted.
+    return figure(data, layout, ["level", "gpu", *[f.title for f in figures]], rows, plot_px=200 * n,
+                  below_px=30 + min(160, 5 * max(len(lb) for lb in labels)))
 
 
 def server_figure(levels: list[dict]) -> dict:
@@ -352,12 +374,12 @@ def server_figure(levels: list[dict]) -> dict:
     # Outside ticks keep the x axis' "0" clear of the y axis' "0" in the corner.
     layout = {"title": {"text": title}, "xaxis": {"title": {"text": "seconds from the first level"}, "ticks": "outside"},
               "yaxis": {"title": {"text": "requests"}, "rangemode": "tozero"}, "shapes": shapes,
-              "annotations": notes, "margin": {"t": 70 if missing else 40, "r": 70, "b": 90, "l": 60}}
+              "annotations": notes, "margin": {"t": 70 if missing else 40}}
     if share not in missing:
         layout["yaxis2"] = {"title": {"text": share.title}, "overlaying": "y", "side": "right",
-                            "range": [0, share.scale], "automargin": True,
+                            "range": [0, share.scale],
                             "tickmode": "linear", "tick0": 0, "dtick": share.scale / 4, "showgrid": False}
-    return figure(data, layout, ["t (s)", "level", *[m.key for m in SERVER_CHART]], rows)
+    return figure(data, layout, ["t (s)", "level", *[m.key for m in SERVER_CHART]], rows, plot_px=300)
 
 
 # ---------------------------------------------------------------- history
@@ -424,7 +446,6 @@ def history_figure(shown, points: list[dict]) -> dict:
                      "y": [_r(p["figures"][shown.name] * shown.metric.scale, 3) for p in flagged],
                      "marker": {"symbol": "x-thin-open", "size": 16, "color": "#d62728", "line": {"width": 3}},
                      "hoverinfo": "skip"})
-    legend_rows = len(data)
     tickvals, ticktext = time_ticks(sorted({p["created"] for p in points if p["figures"].get(shown.name) is not None}))
     return figure(data, {
         "title": {"text": f"{shown.metric.name} over time"},
@@ -436,7 +457,6 @@ def history_figure(shown, points: list[dict]) -> dict:
                   "ticklabelposition": "outside right", "automargin": True},
         "yaxis": {"title": {"text": shown.title}, "rangemode": "tozero"},
         "shapes": shapes,
-        "legend": {"orientation": "v", "yanchor": "top", "y": -0.3, "x": 0, "xanchor": "left"},
-        "margin": {"t": 40, "r": 20, "b": 110 + LEGEND_ROW_PX * legend_rows, "l": 70},
-        "height": 420 + LEGEND_ROW_PX * legend_rows,
-    }, ["endpoint", "load", "run", "queued", "engine version", "launch flags", shown.title, "flagged"], rows)
+        "margin": {"l": 70},
+    }, ["endpoint", "load", "run", "queued", "engine version", "launch flags", shown.title, "flagged"], rows,
+        plot_px=270, below_px=80)

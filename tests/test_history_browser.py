@@ -1,7 +1,7 @@
-"""A workload's history page in Chromium at 1366 px: runs of one endpoint over two engine
-releases, the slower release flagged by its run's regression test, each chart drawn from our
-static Plotly with its points carrying the engine version and launch flags, nothing wider than
-the screen and no chart label over another.
+"""A workload's history page in Chromium at 1366 px (its charts at 1920 px too): runs of one
+endpoint over two engine releases, the slower release flagged by its run's regression test, each
+chart drawn from our static Plotly with its points carrying the engine version and launch flags,
+nothing wider than the screen and no chart label over another.
 
 The runs are queued at fixed times, five nights in a row (a nightly schedule's history): where
 the charts' points and time ticks fall, and so whether any label meets another, must not depend
@@ -80,3 +80,8 @@ def test_the_history_page_shows_the_trend_and_flags_the_release_that_slowed_it(b
     assert tpot["changes"] >= 1  # the dotted line where the version changed
     rows = page.locator("#history-points tbody tr.regressed")
     assert rows.count() >= 1 and "0.10.0" in rows.first.inner_text()
+    # At 1920 px the same charts, held to the same check.
+    wide = watched(browser.new_page(viewport=SCREENS["1920"]))
+    log_in(wide, live_server, f"/accounts/login/?next=/history/{fingerprint}/")
+    wide.wait_for_url(f"**/history/{fingerprint}/")
+    assert len(check(wide, "history-1920")) == 4

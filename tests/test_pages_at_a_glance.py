@@ -38,22 +38,47 @@ OVERFLOW = """() => {
   return bad;
 }"""
 
-# Per drawn chart: text boxes that overlap (ticks, axis titles, legend, title, annotations),
-# text outside the chart, quantity axes without a unit, legend entries sharing a colour, and the
-# smallest plot panel's height.
+# Per drawn chart: every text element of its SVG that is shown (the title, axis titles, the tick
+# labels of every axis — x2, y2, y3… too —, legend entries, annotations; hover labels aside), each
+# named by its kind: any two whose boxes overlap by more than a pixel, any outside the chart, and
+# `kinds`, how many of each kind were held to this. Then quantity axes without a unit, legend
+# entries sharing a colour, and the smallest plot panel's height.
 CHARTS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(el => {
-  const fl = el._fullLayout, chart = el.getBoundingClientRect(), out = {id: el.closest('.chart-box').id, problems: []};
-  const texts = [...el.querySelectorAll('.xtick text, .ytick text, .g-xtitle text, .g-ytitle text, [class^=g-x] text, [class^=g-y] text, .legendtext, .gtitle, .annotation-text')]
-    .filter(t => t.textContent.trim() && getComputedStyle(t).display !== 'none' && t.getBoundingClientRect().width > 0);
-  const boxes = [...new Set(texts)].map(t => ({t: t.textContent.trim(), r: t.getBoundingClientRect()}));
-  for (const b of boxes)
-    if (b.r.left < chart.left - 1 || b.r.right > chart.right + 1 || b.r.top < chart.top - 1 || b.r.bottom > chart.bottom + 1)
+  const fl = el._fullLayout, chart = el.getBoundingClientRect(), out = {id: el.closest('.chart-box').id, problems: [], kinds: {}};
+  const visible = t => {
+    for (let e = t; e && e !== el; e = e.parentElement) {
+      const s = getComputedStyle(e);
+      if (s.display === 'none' || s.visibility === 'hidden' || s.opacity === '0') return false;
+    }
+    const r = t.getBoundingClientRect();
+    return t.textContent.trim() && r.width > 0 && r.height > 0;
+  };
+  const kind = t => t.getAttribute('class') || t.parentElement.getAttribute('class') || 'text';
+  // A text's box as drawn: its own box's four corners on the screen, turned with it when slanted
+  // (the upright box around a slanted label would meet its neighbours' where the text does not).
+  const corners = t => {
+    const b = t.getBBox(), m = t.getScreenCTM();
+    return [[b.x, b.y], [b.x + b.width, b.y], [b.x + b.width, b.y + b.height], [b.x, b.y + b.height]]
+      .map(([x, y]) => [m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f]);
+  };
+  // Two boxes overlap unless some edge's normal separates them, or they share under a pixel on it.
+  const overlap = (p, q) => [p, q].every(poly => poly.every((c, i) => {
+    const d = poly[(i + 1) % 4], len = Math.hypot(d[0] - c[0], d[1] - c[1]) || 1;
+    const n = [(c[1] - d[1]) / len, (d[0] - c[0]) / len];
+    const span = s => s.map(([x, y]) => x * n[0] + y * n[1]);
+    const a = span(p), b = span(q);
+    return Math.min(Math.max(...a), Math.max(...b)) - Math.max(Math.min(...a), Math.min(...b)) > 1;
+  }));
+  const boxes = [...el.querySelectorAll('svg text')].filter(t => !t.closest('.hoverlayer') && visible(t))
+    .map(t => ({t: kind(t) + ' "' + t.textContent.trim() + '"', k: kind(t), c: corners(t)}));
+  for (const b of boxes) {
+    out.kinds[b.k] = (out.kinds[b.k] || 0) + 1;
+    const xs = b.c.map(c => c[0]), ys = b.c.map(c => c[1]);
+    if (Math.min(...xs) < chart.left - 1 || Math.max(...xs) > chart.right + 1 || Math.min(...ys) < chart.top - 1 || Math.max(...ys) > chart.bottom + 1)
       out.problems.push('outside the chart: ' + b.t);
-  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
-    const a = boxes[i].r, b = boxes[j].r;
-    const w = Math.min(a.right, b.right) - Math.max(a.left, b.left), h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
-    if (w > 1 && h > 1) out.problems.push('overlap: "' + boxes[i].t + '" and "' + boxes[j].t + '"');
   }
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++)
+    if (overlap(boxes[i].c, boxes[j].c)) out.problems.push('overlap: ' + boxes[i].t + ' and ' + boxes[j].t);
   for (const key of Object.keys(fl).filter(k => /^[xy]axis\\d*$/.test(k))) {
     const ax = fl[key];
     if (!ax.visible || !['linear', 'log'].includes(ax.type) || !ax._id) continue;
