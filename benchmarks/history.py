@@ -54,12 +54,15 @@ def thresholds() -> Thresholds:
                       noise_floor_pct=settings.REGRESSION_NOISE_FLOOR_PCT)
 
 
-def comparable_levels(level: LevelResult, window: int) -> list[LevelResult]:
-    """The last `window` levels comparable with `level` (the same fingerprint and level) of
+def comparable_levels(level: LevelResult, window: int, same_endpoint: bool = False) -> list[LevelResult]:
+    """The last `window` levels comparable with `level` (the same fingerprint and level; with
+    `same_endpoint`, of its endpoint alone: a lab recipe's settings share a fingerprint) of
     finished runs queued before its run, oldest first."""
-    rows = (LevelResult.objects.filter(fingerprint=level.fingerprint, level_index=level.level_index,
-                                       run__status__in=COMPARABLE_STATUSES, run__created__lt=level.run.created)
-            .exclude(run_id=level.run_id).select_related("run").defer("gpu_series", "server_series")
+    rows = LevelResult.objects.filter(fingerprint=level.fingerprint, level_index=level.level_index,
+                                      run__status__in=COMPARABLE_STATUSES, run__created__lt=level.run.created)
+    if same_endpoint:
+        rows = rows.filter(endpoint_id=level.endpoint_id)
+    rows = (rows.exclude(run_id=level.run_id).select_related("run").defer("gpu_series", "server_series")
             .order_by("-run__created", "-id")[:window])
     return list(reversed(rows))
 

@@ -20,6 +20,8 @@ from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary, Topology
 from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, LaunchReport, ServerSpec, env_name_problem,
+from benchmarks.engine.host_check import HostCheck
+from benchmarks.engine.load_modes.base import span
                                         mask_env, parse_gpus, setting_label)
 from benchmarks.engine.metrics import LevelSummary
 from benchmarks.engine.plan import RunPlan
@@ -597,6 +599,7 @@ class Run(models.Model):
     regression = models.JSONField(default=dict, blank=True)
 
     class Meta:
+    host_check = models.JSONField(default=dict, blank=True)  # before the run: engine.host_check.HostCheck
         ordering = ["-created", "-id"]  # stable: two runs queued in one instant keep their order
         indexes = [
             # The runs list: newest first, a page at a time, archived ones usually left out.
@@ -694,6 +697,11 @@ class Run(models.Model):
         return self.load.is_search
 
     def search_load(self, load: float) -> Load:
+    @property
+    def host_checked(self) -> HostCheck | None:
+        """Whether the measuring host was quiet before the run (the one reader of `host_check`)."""
+        return HostCheck.from_dict(self.host_check)
+
         """An SLO search's probe as a level: `load` users, or `load` req/s."""
         return self.load.probe(load, self.requests_per_level, self.duration_s)
 

@@ -629,21 +629,21 @@ def run_series(run: Run) -> list[dict]:
                                            temperature=run.temperature, api=run.api, load_mode=run.load_mode,
                                            gpu=gpu, gpu_count=count),
                 "levels": [], "launch": launches[e.id].figures if e.id in launches else None}
-        by_endpoint[e.id]["levels"].append(replace(level_point(lv, group), noise=_history_noise(lv)))
+        by_endpoint[e.id]["levels"].append(replace(level_point(lv, group), noise=history_noise(lv)))
     return list(by_endpoint.values())
 
 
-def _history_noise(level: LevelResult) -> dict:
-    """Per comparison figure, how much the level's endpoint varied over its last comparable runs
-    (the same workload fingerprint and level, before this run): differences.Noise, where there
-    are enough of them."""
+def history_noise(level: LevelResult, figures=COMPARED) -> dict:
+    """Per figure (comparison figures by default), how much the level's endpoint varied over its
+    last comparable runs (the same endpoint, workload fingerprint and level, before this run):
+    differences.Noise, where there are enough of them."""
     from benchmarks.history import comparable_levels
 
     if not level.fingerprint:
         return {}
-    earlier = comparable_levels(level, settings.REGRESSION_WINDOW)
+    earlier = comparable_levels(level, settings.REGRESSION_WINDOW, same_endpoint=True)
     floor = settings.REGRESSION_NOISE_FLOOR_PCT
-    return {f.name: noise for f in COMPARED
+    return {f.name: noise for f in figures
             if (noise := Noise.of_history([lv.stats.figure(f) for lv in earlier], floor)) is not None}
 
 

@@ -31,7 +31,7 @@ from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
 from benchmarks import loadgen
-from benchmarks.engine import shards
+from benchmarks.engine import host_check, shards
 from benchmarks.engine.plan import RunPlan
 from benchmarks.limits import plan_limits
 from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
@@ -179,6 +179,7 @@ def run_execute(*, run_id: int, worker: str = "") -> None:
     try:
         if run.recipes.exists():
             lab_services.orphans_stop()  # a killed worker's server would skew what is measured
+        _check_host(run, monitor)
         for endpoint in run.endpoints.filter(recipe__isnull=True).select_related("host").order_by("name"):
             _measure_endpoint(run, endpoint, loop, monitor)
         reference = _measure_quality(run, loop, monitor) if run.quality else None
@@ -204,6 +205,20 @@ def run_execute(*, run_id: int, worker: str = "") -> None:
         monitor.stop()
         loop.close()
     _finish(run, *_final_status(run))
+
+
+def _check_host(run: Run, monitor: "RunMonitor") -> None:
+    """Before any level: wait (bounded) while other work keeps this host busy, and keep what
+    was found (engine.host_check); the run page says it when the host stayed busy."""
+    if settings.RUN_HOST_CHECK_S <= 0:
+        return
+    _note(run, "checking that the measuring host is quiet")
+    check = host_check.wait_for_quiet(settings.RUN_HOST_QUIET_WAIT_S, settings.RUN_HOST_CHECK_S,
+                                      should_stop=monitor.should_stop, note=lambda text: _note(run, text))
+    if check is None:
+        raise Cancelled()
+    run.host_check = check.to_dict()
+    Run.objects.filter(id=run.id).update(host_check=run.host_check)
 
 
 def _measure_endpoint(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop,

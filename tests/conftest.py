@@ -24,6 +24,13 @@ def pytest_configure(config):
     """Each pytest-xdist worker gets a Redis database of its own for the broker (gw0 the one
     configured, gw1 the one below...), as pytest-django gives it its own test database: a
     worker's Celery processes must never take another's runs."""
+    # The pre-run quiet-host check (engine.host_check) reads the CPUs for a second and would wait
+    # while the other test process works: off for the suite (its worker processes inherit this),
+    # on in tests/test_host_check.py.
+    from django.conf import settings as django_settings
+
+    os.environ.setdefault("RUN_HOST_CHECK_S", "0")
+    django_settings.RUN_HOST_CHECK_S = float(os.environ["RUN_HOST_CHECK_S"])
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw"):
         return

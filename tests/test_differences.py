@@ -42,7 +42,7 @@ def test_false_positives_stay_at_or_below_5_percent_and_power_is_at_least_90_per
 def _setting(label, values, launch_id):
     recipe = SimpleNamespace(name="llama-q4")
     launch = SimpleNamespace(id=launch_id, label=label, recipe=recipe)
-    levels = [SimpleNamespace(load_label="c=2", public_id=f"lv-{launch_id}-{i}",
+    levels = [SimpleNamespace(load_label="c=2", fingerprint="", public_id=f"lv-{launch_id}-{i}",
                               stats=SimpleNamespace(stat=lambda key, stat, v=v: v)) for i, v in enumerate(values)]
     return launch, sum(values) / len(values), levels[0], levels
 

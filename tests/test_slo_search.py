@@ -161,3 +161,47 @@ def test_a_rate_search_s_ends_and_a_stored_concurrency_search_of_the_first_versi
            "stopped": "", "best": 1, "status": "unfinished"}
     search = SloSearch.from_dict(old)
     assert (search.by, search.best, search.next_probe()) == ("concurrency", 1, 4)
+
+
+def rate_level(rate: float, n: int, *, gaps, e2e, sent_at=None) -> LevelSummary:
+    """A level at `rate`: request i due at the sum of the first i `gaps` (seconds), sent at
+    `sent_at(i, due)` (default: on time) and answered in `e2e(i)` seconds (2 output tokens)."""
+    from benchmarks.engine.metrics import RequestResult
+
+    results, due = [], 0.0
+    for i in range(n):
+        due = due + gaps(i) if i else 0.0
+        sent = sent_at(i, due) if sent_at else due
+        took = e2e(i)
+        results.append(RequestResult(index=i, sent=sent, scheduled=due, prompt_tokens_asked=8, output_tokens_asked=2,
+                                     first_content=took / 2, chunk_times=[took / 2, took], chunk_tokens=[1, 1],
+                                     output_tokens=2, client_output_tokens=2))
+    end = max(r.finished for r in results)
+    return summarize_level(results, wall_s=end - min(r.sent for r in results))
+
+
+def test_a_rate_probe_whose_requests_left_late_misses_however_fast_each_was_answered():
+    """A client allowed 1 request in flight at 10 req/s offered, a server that answers each in
+    0.25 s: the 20 requests finish 4 a second, 5 s, not the 1.9 s + 0.25 s their schedule takes (+ 10 ms a client keeping time may lag).
+    TPOT (the only target) is met; the probe is not, since 10 req/s was never delivered."""
+    search = SloSearch(SloTarget(99, tpot_ms=1000), rates=(5.0, 10.0), gap_cv=0.0)
+    capped = rate_level(10, 20, gaps=lambda i: 0.1, e2e=lambda i: 0.25, sent_at=lambda i, due: i * 0.25)
+    probe = search.record(10.0, [capped])
+    assert not probe.met and probe.misses == (
+        "delivered 4.00 req/s of the 10 offered (the level took 5.0 s; sent on schedule it ends within 2.2 s)",)
+    on_time = rate_level(10, 20, gaps=lambda i: 0.1, e2e=lambda i: 0.25)
+    assert search.record(10.0, [on_time]).met
+
+
+def test_a_kept_poisson_schedule_is_almost_never_called_undelivered():
+    """1,000 Poisson levels of 32 requests at 9 req/s, each answered in 0.1 to 0.5 s, all sent on
+    time: an undelivered miss is the schedule running 3 standard deviations long (about 1 in 700)."""
+    import random
+
+    rng = random.Random(7)
+    search = SloSearch(SloTarget(99, tpot_ms=1000), rates=(9.0,), gap_cv=1.0)
+    missed = sum(not search.record(9.0, [rate_level(9, 32, gaps=lambda i: rng.expovariate(9),
+                                                    e2e=lambda i: rng.uniform(0.1, 0.5))]).met
+                 for _ in range(1000))
+    assert missed <= 10, f"{missed} of 1,000 kept schedules called undelivered"
+    assert SloSearch.from_dict(search.to_dict()).gap_cv == 1.0

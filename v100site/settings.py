@@ -334,6 +334,10 @@ RUN_REQUEUE_AFTER_S = float(os.environ.get("RUN_REQUEUE_AFTER_S", "300"))
 RUN_SWEEP_EVERY_S = float(os.environ.get("RUN_SWEEP_EVERY_S", "30"))
 RUN_TIME_LIMIT_S = float(os.environ.get("RUN_TIME_LIMIT_S", "21600"))
 RUN_MAX_ATTEMPTS = envint("RUN_MAX_ATTEMPTS", "3")
+# Before a run the worker reads its host's CPUs for RUN_HOST_CHECK_S (0: not at all) and, while
+# other work keeps them busy, waits up to RUN_HOST_QUIET_WAIT_S for it to pass (engine.host_check).
+RUN_HOST_CHECK_S = float(os.environ.get("RUN_HOST_CHECK_S", "1"))
+RUN_HOST_QUIET_WAIT_S = float(os.environ.get("RUN_HOST_QUIET_WAIT_S", "60"))
 # Per request: connecting, the longest silence between two chunks, and the whole request.
 REQUEST_CONNECT_TIMEOUT_S = float(os.environ.get("REQUEST_CONNECT_TIMEOUT_S", "10"))
 REQUEST_READ_TIMEOUT_S = float(os.environ.get("REQUEST_READ_TIMEOUT_S", "300"))

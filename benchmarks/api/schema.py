@@ -28,11 +28,21 @@ def run_status(run: Run, request) -> dict:
         "error": selectors.run_error(run, hide_addresses=hide), "flags": run.flags,
         "archived": run.archived.isoformat() if run.archived else None,
         "regression": regression(run, request),
-        "load_mode": run.load_mode, "trials": run.trials,
+        "load_mode": run.load_mode, "trials": run.trials, "host_check": host_check(run),
         "permalink": request.build_absolute_uri(run.get_absolute_url()),
         "links": {"self": base, "results": base + "results/", "requests": base + "requests/",
                   "cancel": base + "cancel/"},
     }
+
+
+def host_check(run: Run) -> dict | None:
+    """Whether the measuring host was quiet before the run (None: not checked)."""
+    check = run.host_checked
+    if check is None:
+        return None
+    return {"quiet": check.quiet, "waited_s": round(check.waited_s, 1), "bound_s": check.bound_s,
+            "busy_percent": check.busy_percent, "steal_percent": check.steal_percent, "cpus": check.cpus,
+            "sentence": check.sentence}
 
 
 def regression(run: Run, request) -> dict | None:
@@ -139,6 +149,8 @@ class ScheduleSerializer(serializers.Serializer):
     at = serializers.CharField(allow_null=True)
     weekday = serializers.IntegerField(allow_null=True)
     cron = serializers.CharField()
+    host_check = HostCheck(allow_null=True, help_text="Before the run: was the measuring host quiet "
+                                                      "(null: not checked)")
     interval_s = serializers.IntegerField(allow_null=True)
     active = serializers.BooleanField()
     paused_reason = serializers.CharField()

@@ -134,6 +134,12 @@ class ArrivalPattern:
                    trace=Trace.from_dict(data.get("trace")),
                    speedups=tuple(float(s) for s in data.get("speedups") or (1.0,)))
 
+    @property
+    def gap_cv(self) -> float | None:
+        """The coefficient of variation of the gaps between sends at a fixed rate (None: a ramp
+        or a trace, whose rate is not fixed)."""
+        return {"constant": 0.0, "poisson": 1.0, "gamma": 1 / self.burstiness ** 0.5}.get(self.kind)
+
     def describe(self, rate: float | None = None) -> str:
         """In words, for a level at `rate` (a ramp's start) or for the whole run."""
         shown = f"{rate:g} req/s " if rate is not None else ""

@@ -43,6 +43,10 @@ class Noise:
         return cls(round(pct, 1), f"two runs of this endpoint differ by one time in twenty (from its last "
                                   f"{len(values)} comparable runs)")
 
+    def said(self, within: bool = True) -> str:
+        """ "within the ±10 % one run of an endpoint varies …" (or "beyond")."""
+        return f"{'within' if within else 'beyond'} the ±{self.pct:g} % {self.words}"
+
     @staticmethod
     def wider(*noises: "Noise | None") -> "Noise":
         """The widest known of two sides' noise; the stated default where neither has history."""
@@ -72,8 +76,7 @@ class Difference:
         if self.overlap:
             return "within the spread between requests: the two percentiles' 95 % intervals overlap"
         if not self.clear:
-            noise = noise or Noise()
-            return f"within the ±{noise.pct:g} % {noise.words}"
+            return (noise or Noise()).said()
         if na > 1 or nb > 1:
             return f"not tested for significance: n={na} and n={nb} trials, and one trial has no spread to test"
         return ""

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from .catalogue import METRICS, PERCENTILES
 from .metrics import LevelSummary
+from .validity import THRESHOLDS
 
 SEARCH_VERSION = 2  # 2: searches by rate (probes with "rate"); 1 reads as a concurrency search
 TARGET_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -137,6 +138,7 @@ class SloSearch:
     probes: list[Probe] = field(default_factory=list)
     stopped: str = ""  # why it ended before its answer (cancelled, time limit), "" otherwise
     rates: tuple[float, ...] = ()
+    gap_cv: float | None = None  # by rate: how irregular the sends are (ArrivalPattern.gap_cv)
 
     def __post_init__(self):
         if self.rates:
@@ -153,10 +155,14 @@ class SloSearch:
         return self.rates.index(load) if self.rates else int(load)
 
     def record(self, load: float, summaries: list[LevelSummary]) -> Probe:
-        """A probe measured (one summary per trial): it meets the targets only if every trial did."""
+        """A probe measured (one summary per trial): it meets the targets only if every trial did,
+        and, by rate, only if each trial delivered the rate it was offered (`undelivered`)."""
         misses: list[str] = []
         for s in summaries:
-            misses += [m for m in self.target.misses(s, from_schedule=bool(self.rates)) if m not in misses]
+            found = self.target.misses(s, from_schedule=bool(self.rates))
+            if self.rates and self.gap_cv is not None:
+                found += [m for m in [undelivered(load, s, self.gap_cv)] if m]
+            misses += [m for m in found if m not in misses]
         probe = Probe(load, met=bool(summaries) and not misses, misses=tuple(misses))
         self.probes.append(probe)
         return probe
@@ -233,7 +239,7 @@ class SloSearch:
         return {"version": SEARCH_VERSION, "by": self.by, "target": self.target.to_dict(), "low": self.low,
                 "high": self.high, "rates": list(self.rates),
                 "probes": [{self.by: p.load, "met": p.met, "misses": list(p.misses)} for p in self.probes],
-                "stopped": self.stopped, "best": self.best, "status": self.status}
+                "stopped": self.stopped, "best": self.best, "status": self.status, "gap_cv": self.gap_cv}
 
     @classmethod
     def from_dict(cls, data) -> "SloSearch":
@@ -246,7 +252,30 @@ class SloSearch:
                   and (not rates or float(p[by]) in rates) and (rates or isinstance(p[by], int))]
         return cls(target=SloTarget.from_dict(data.get("target")), low=int(data.get("low") or 1),
                    high=int(data.get("high") or 1), probes=probes, stopped=str(data.get("stopped") or ""),
-                   rates=rates)
+                   rates=rates, gap_cv=float(data["gap_cv"]) if _number(data.get("gap_cv")) else None)
+
+
+SCHEDULE_SIGMAS = 3.0  # how far a random schedule may run long by chance (about 1 in 700)
+
+
+def undelivered(rate: float, summary: LevelSummary, gap_cv: float) -> str | None:
+    """Why a probe at `rate` did not deliver it, or None. An answer never exceeds the throughput
+    its own probe delivered: requests sent on their schedule finish within the schedule's length
+    ((n - 1) / rate, longer by chance by at most SCHEDULE_SIGMAS standard deviations of a sum of
+    n - 1 gaps of this irregularity), the lateness a client keeping time may have
+    (THRESHOLDS["send_lag_ms"]) and the slowest request's own time from its actual send.
+    A level that took longer had requests leave late (a cap on requests in flight, a client
+    behind its schedule): the server was not offered that rate, whatever its latencies."""
+    n, delivered = summary.requests, summary.stat("request_throughput")
+    slowest = summary.stat("e2e_ms", "max")
+    if n < 2 or not summary.completed or delivered is None or slowest is None:
+        return None
+    allowed_s = ((n - 1) / rate * (1 + SCHEDULE_SIGMAS * gap_cv / math.sqrt(n - 1))
+                 + (THRESHOLDS["send_lag_ms"] + slowest) / 1000.0)
+    if summary.wall_s <= allowed_s:
+        return None
+    return (f"delivered {delivered:.2f} req/s of the {rate:g} offered (the level took {summary.wall_s:.1f} s; "
+            f"sent on schedule it ends within {allowed_s:.1f} s)")
 
 
 def _number(value) -> bool:

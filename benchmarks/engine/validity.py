@@ -23,6 +23,8 @@ THRESHOLDS = {
     "host_load_per_cpu": 1.0,  # more runnable tasks than CPUs (1-minute load average)
     "host_cpu_busy_percent": 90.0,  # the host's CPUs, all of them, nearly always busy
     "host_cpu_steal_percent": 5.0,  # a virtual machine's CPUs taken by its neighbours
+    # Before a run nothing of it runs yet: CPUs busier than this are other work (engine.host_check).
+    "host_busy_before_run_percent": 25.0,
     # Fewest samples for a percentile to mean something: p99 needs ~100 requests.
     "min_samples": {"p50": 5, "p90": 20, "p99": 100},
 }

@@ -4,10 +4,11 @@ not start did not, and each recipe's best setting."""
 from __future__ import annotations
 
 from benchmarks.engine import catalogue
-from benchmarks.engine.differences import judge
+from benchmarks.engine.differences import Noise, judge
 from benchmarks.engine.launcher import MemoryReading
 from benchmarks.engine.stats import estimate
 from benchmarks.models import LevelResult, Run
+from benchmarks.selectors import history_noise
 
 HEALTH, FIRST_TOKEN, MEMORY = catalogue.LAUNCH_FIGURES  # the table's start-up columns, as defined there
 
@@ -85,10 +86,13 @@ def _best_row(ranked: list[tuple], fig: catalogue.Figure) -> dict:
            "runner_up": None, "why": ""}
     if len(ranked) > 1:
         other, other_value, other_level, other_trials = ranked[1]
+        # With one trial a side, the settings' own run-to-run noise where earlier runs give it.
+        noise = Noise.wider(*(history_noise(lv, (fig,)).get(fig.name) for lv in (level, other_level)))
         d = judge([lv.stats.stat(fig.key, fig.stat) for lv in trials],
-                  [lv.stats.stat(fig.key, fig.stat) for lv in other_trials])
+                  [lv.stats.stat(fig.key, fig.stat) for lv in other_trials], noise_pct=noise.pct)
         if d is not None:
-            row.update(clear=d.clear, runner_up=said(other, other_value, other_level), why=d.why(),
+            why = d.why(noise) or noise.said(within=False)  # a clear one-trial difference: against what
+            row.update(clear=d.clear, runner_up=said(other, other_value, other_level), why=why,
                        ratio=f"{d.ratio:.2f}×")
     return row
 

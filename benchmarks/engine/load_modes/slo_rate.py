@@ -98,7 +98,7 @@ class SloSearchByRate(SearchMode):
         return f"SLO search {rates[0]:g}..{rates[-1]:g} req/s {self.pattern.describe()}{capped(self.cap)}"
 
     def new_search(self, target) -> SloSearch:
-        return SloSearch(target=target, rates=tuple(self.rates))
+        return SloSearch(target=target, rates=tuple(self.rates), gap_cv=self.pattern.gap_cv)
 
     def probe(self, load, requests, duration_s) -> Load:
         return Load(concurrency=self.cap, rate=load, arrivals=self.pattern.kind, requests=requests,
