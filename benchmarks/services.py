@@ -616,11 +616,10 @@ def level_store(*, run: Run, endpoint: Endpoint, outcome: LevelOutcome, level_in
                           finish_reason=(r.finish_reason or "")[:30], timings=r.timings,
                           status_code=r.status_code, error=r.error, error_kind=r.error_kind)
             for r in outcome.results], batch_size=500)
-        stored = RequestRecord.objects.filter(level__run=run).count()
         # A level bounded by time may stop before its request bound: shrink the total to match.
         shortfall = max(0, (run.requests_per_level - len(outcome.results)))
-        Run.objects.filter(id=run.id).update(
-            progress_done=stored, progress_total=models.F("progress_total") - shortfall,
+        Run.objects.filter(id=run.id).update(  # requests and quality steps stored: it never goes back
+            progress_done=_progress_done(run), progress_total=models.F("progress_total") - shortfall,
             flags=merge([run.flags, flags]))
     run.refresh_from_db(fields=["progress_done", "progress_total", "flags"])
     return level

@@ -80,3 +80,22 @@ def test_a_comparison_point_carries_its_endpoints_noise_from_earlier_comparable_
         last = measured_run([e], levels=(2,), requests=4, tokens=4, owner=first.owner)
     noise = selectors.run_series(last)[0]["levels"][0].noise
     assert noise and all("from its last 3 comparable runs" in n.words for n in noise.values()), noise
+
+
+@pytest.mark.django_db
+def test_progress_never_goes_back_when_a_level_is_stored_after_a_quality_step():
+    """A lab run scores each started server's quality before the next server's levels: storing
+    those levels counted the requests alone and the bar fell from 20 % to 1 %."""
+    from benchmarks.models import Run
+    from benchmarks.services import level_store, quality_store
+    from factories import _measure
+
+    a, b = endpoint(name="first"), endpoint(name="second", url="http://127.0.0.1:10")
+    run = measured_run([a], levels=(1,), requests=2, tokens=4, owner=user(), quality=True, quality_ctx=128,
+                       quality_chunks=2)
+    quality_store(run=run, endpoint=a, error="the server refused prompt log-probabilities")
+    before = Run.objects.get(id=run.id).progress_done
+    assert run.quality_positions > 0 and before == 2 + run.quality_positions
+    outcome, _ = _measure("vllm", (1,), 2, 512, 4, False, None)[0]
+    level_store(run=run, endpoint=b, outcome=outcome, level_index=0)
+    assert Run.objects.get(id=run.id).progress_done == before + 2
