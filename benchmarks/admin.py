@@ -4,11 +4,13 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models.constants import LOOKUP_SEP
 from django.template.loader import render_to_string
+from axes import models as axes_models
+from django_celery_beat import models as beat_models
 
 from benchmarks import services
 from benchmarks.engine.launcher import ENV_MASK
 from benchmarks.importers.model_config import shape_from_config
-from benchmarks.models import Endpoint, Gpu, Host, LevelResult, Model, Run, ServerRecipe, Variant
+from benchmarks.models import AlertSettings, Endpoint, Gpu, Host, LevelResult, Model, Run, ServerRecipe, Variant
 
 # Never a filter, search or ordering on these, in any list (a "1 endpoint" or "0" answer to
 # ?api_key__startswith=... gives the key away one character at a time).
@@ -177,7 +179,9 @@ class EndpointAdmin(InventoryAdmin):
             # View only: the admin would show every field read-only, the key in clear among them.
             fields = [f for f in fields if f not in ("api_key", "clear_api_key", "webhook_secret",
                                                      "clear_webhook_secret")]
-        return fields
+        # What a run needs first (name, host, backend, URL, variant); the alert settings after.
+        alerts = {f.name for f in AlertSettings._meta.fields} | {"webhook_secret", "clear_webhook_secret"}
+        return [f for f in fields if f not in alerts] + [f for f in fields if f in alerts]
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
@@ -280,3 +284,16 @@ class RunAdmin(InventoryAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in (*Run._meta.fields, *Run._meta.many_to_many) if f.name not in ("id", "title")]
+
+
+# Out of staff's way: the scheduler's own tables (the product's schedules write them) and the
+# login throttle's logs. Its lockouts (AccessAttempt) stay, to let a locked-out member back in.
+def _unregister(*models) -> None:
+    for model in models:
+        if admin.site.is_registered(model):
+            admin.site.unregister(model)
+
+
+_unregister(*(getattr(beat_models, name) for name in ("PeriodicTask", "IntervalSchedule", "CrontabSchedule",
+                                                     "SolarSchedule", "ClockedSchedule")),
+            axes_models.AccessLog, axes_models.AccessFailureLog)

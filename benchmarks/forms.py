@@ -95,6 +95,10 @@ QUALITY_FIELDS = ("quality", "quality_text", "quality_text_file", "quality_text_
                   "quality_ctx", "quality_chunks")
 DATASET_FIELDS = ("dataset_source", "length_distribution", "length_spread", "dataset_file", "output_lengths",
                   "prefix_tokens", "prefix_share")
+# Folded under "More options" on the run form: the common case (endpoints, a preset, the levels,
+# the lengths, the SLOs) fits one screen without them.
+MORE_FIELDS = ("temperature", "api", "duration_s", "trials", "warmup_requests", "load_processes", "load_workers",
+               "seed")
 
 
 # A level split over more shards than this is not one a worker can start in reasonable time.
@@ -104,6 +108,11 @@ MAX_LOAD_WORKERS = 16
 # Workloads named after real uses: what each fills in the run form (`?preset=<key>` links on it).
 # Lengths are the usual shapes of each use; a member adjusts them to their own.
 PRESETS = {
+    "quick": {"label": "Quick look", "words": "a first result in a few minutes, sized for a small server or a CPU: "
+                                             "short prompts and replies, 1 and 4 users, 100 requests each (enough "
+                                             "for the p99 shown)",
+              "fields": {"api": "completions", "prompt_tokens": 32, "output_tokens": 16, "concurrency_levels": "1,4",
+                         "requests_per_level": 100, "warmup_requests": 2}},
     "chat": {"label": "Chat", "words": "short questions, replies of a few hundred tokens, log-normal lengths, "
                                        "TTFT p99 ≤ 2 s",
              "fields": {"api": "chat", "prompt_tokens": 256, "output_tokens": 256, "length_distribution": "lognormal",
@@ -460,10 +469,14 @@ class RunForm(forms.Form):
 
     @property
     def workload_fields(self):
-        fields = [f for f in self if f.name not in QUALITY_FIELDS and f.name not in DATASET_FIELDS]
+        fields = [f for f in self if f.name not in QUALITY_FIELDS + DATASET_FIELDS + MORE_FIELDS]
         for f in fields:
             f.initially_hidden = self.field_hidden(f)
         return fields
+
+    @property
+    def more_fields(self):
+        return [self[name] for name in MORE_FIELDS]
 
     @property
     def dataset_fields(self):
@@ -472,6 +485,19 @@ class RunForm(forms.Form):
     @property
     def quality_fields(self):
         return [self[name] for name in QUALITY_FIELDS]
+
+    def unfolded(self, names) -> bool:
+        """Whether a folded group of the form opens: one of its fields has an error, or a preset
+        or a link filled one in with other than its default (so that nothing set is out of sight)."""
+        if self.is_bound:
+            return any(name in self.errors for name in names)
+        return any(name in self.initial and str(self.initial[name]) != str(self.fields[name].initial)
+                   for name in names)
+
+    @property
+    def open_groups(self) -> dict:
+        return {"more": self.unfolded(MORE_FIELDS), "requests": self.unfolded(DATASET_FIELDS),
+                "quality": self.unfolded(QUALITY_FIELDS)}
 
     def clean_quality_text_file(self) -> dict | None:
         """The uploaded text as {"name", "text"}: UTF-8, not empty, within MAX_EVALUATION_TEXT_MIB."""

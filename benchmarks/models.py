@@ -1,3 +1,4 @@
+import os
 import secrets
 from datetime import timedelta
 from functools import cached_property
@@ -19,9 +20,9 @@ from benchmarks.engine.arrivals import ArrivalPattern
 from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary, Topology
-from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, LaunchReport, ServerSpec, env_name_problem,
 from benchmarks.engine.host_check import HostCheck
 from benchmarks.engine.load_modes.base import span
+from benchmarks.engine.launcher import (GPU_ENV, GPUS_KEY, PLACEHOLDERS, LaunchReport, ServerSpec, env_name_problem,
                                         mask_env, parse_gpus, setting_label)
 from benchmarks.engine.metrics import LevelSummary
 from benchmarks.engine.plan import RunPlan
@@ -126,6 +127,10 @@ class Host(models.Model):
     probed_at = models.DateTimeField(null=True, blank=True)
     # engine.gpu.Topology.to_dict(), written by the probe; read it as `topology_figures`.
     topology = models.JSONField(default=dict, blank=True, editable=False)
+    # What its worker's LAB_EXECUTABLES and LAB_MODEL_DIRS allowed when it last started: shown, and
+    # used to pre-fill recipes. The worker's own settings decide what it starts, never these.
+    lab_executables = models.JSONField(default=list, blank=True, editable=False)
+    lab_model_dirs = models.JSONField(default=list, blank=True, editable=False)
     created = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -133,6 +138,12 @@ class Host(models.Model):
 
     def __str__(self):
         return self.name
+
+    def allowed_executable(self, name: str) -> str:
+        """The executable its worker allows whose file name is `name` (the command's first word,
+        e.g. llama-server), "" when none is."""
+        base = os.path.basename(name)
+        return next((e for e in self.lab_executables if os.path.basename(e) == base), "")
 
     @cached_property
     def topology_figures(self) -> Topology:
@@ -588,6 +599,7 @@ class Run(models.Model):
     error = models.TextField(blank=True)
     preflight = models.JSONField(default=dict, blank=True)  # endpoint id -> findings
     server_config = models.JSONField(default=dict, blank=True)  # endpoint id -> identity/config
+    host_check = models.JSONField(default=dict, blank=True)  # before the run: engine.host_check.HostCheck
     flags = models.JSONField(default=list, blank=True)  # validity flags of all levels
     worker = models.CharField(max_length=200, blank=True)  # which worker measured it
     # Hidden from the runs list (its "show archived" filter shows it); the permalink still opens.
@@ -599,7 +611,6 @@ class Run(models.Model):
     regression = models.JSONField(default=dict, blank=True)
 
     class Meta:
-    host_check = models.JSONField(default=dict, blank=True)  # before the run: engine.host_check.HostCheck
         ordering = ["-created", "-id"]  # stable: two runs queued in one instant keep their order
         indexes = [
             # The runs list: newest first, a page at a time, archived ones usually left out.
@@ -645,6 +656,22 @@ class Run(models.Model):
             return 100 if self.is_finished else 0
         return min(100, round(100 * self.progress_done / self.progress_total))
 
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at the pace so far (the time since it started over the requests and
+        positions done); None before the first is done, or once it has finished."""
+        if self.is_finished or not self.started or not self.progress_done or not self.progress_total:
+            return None
+        elapsed = (timezone.now() - self.started).total_seconds()
+        left = max(self.progress_total - self.progress_done, 0)
+        return elapsed * left / self.progress_done
+
+    @property
+    def eta_words(self) -> str:
+        """ "about 3.5 min left at the pace so far" ("" when there is no estimate)."""
+        eta = self.eta_s
+        return "" if eta is None else f"about {span(eta)} left at the pace so far"
+
     def workload(self) -> Workload:
         """What every level of the run shares; the levels themselves are its `loads()`."""
         return Workload(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
@@ -669,6 +696,11 @@ class Run(models.Model):
         if not isinstance(stored, list):
             return None
         return [f for f in map(Finding.from_dict, stored) if f is not None]
+
+    @property
+    def host_checked(self) -> HostCheck | None:
+        """Whether the measuring host was quiet before the run (the one reader of `host_check`)."""
+        return HostCheck.from_dict(self.host_check)
 
     def server_identity(self, endpoint_id) -> StoredIdentity:
         """What it kept of that endpoint's server (the one reader of `server_config`)."""
@@ -697,11 +729,6 @@ class Run(models.Model):
         return self.load.is_search
 
     def search_load(self, load: float) -> Load:
-    @property
-    def host_checked(self) -> HostCheck | None:
-        """Whether the measuring host was quiet before the run (the one reader of `host_check`)."""
-        return HostCheck.from_dict(self.host_check)
-
         """An SLO search's probe as a level: `load` users, or `load` req/s."""
         return self.load.probe(load, self.requests_per_level, self.duration_s)
 

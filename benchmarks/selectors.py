@@ -21,7 +21,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from benchmarks import csv_cells
-from benchmarks.engine.catalogue import (ACROSS_TRIALS, COMPARED, GPU_SIDE_BY_SIDE, METRICS, REQUEST_CSV, RESULTS_TABLE, SLO_SEARCH,
+from benchmarks.engine.catalogue import (ACROSS_TRIALS, COMPARED, GPU_SIDE_BY_SIDE, HEADLINE, METRICS, REQUEST_CSV, RESULTS_TABLE, SLO_SEARCH,
                                          Figure, definitions, figure)
 from benchmarks.engine.catalogue import number as catalogue_number, shown as catalogue_shown
 from benchmarks.engine.client import Finding
@@ -228,9 +228,10 @@ def results_table(run: Run, levels: list[LevelResult]) -> dict:
             "output_tokens": sum(s.output_tokens for s in stats),
             "client_output_tokens": sum(s.client_output_tokens for s in stats),
             "token_mismatch": sum(s.token_mismatch for s in stats), "flags": list(flags.values()),
-            "cells": [estimate_cell(f, estimate(s.figure(f) for s in stats)) for c in columns for f in c.figures]})
+            "cells": [estimate_cell(f, estimate(s.figure(f) for s in stats)) for c in columns for f in c.figures],
+            "headline": [estimate_cell(f, estimate(s.figure(f) for s in stats)) for f in HEADLINE]})
     return {"columns": columns, "stats": [f for c in columns if len(c.figures) > 1 for f in c.figures],
-            "rows": rows, "trials": run.trials}
+            "rows": rows, "trials": run.trials, "headline": HEADLINE}
 
 
 def slo_answers(run: Run) -> list[dict]:
@@ -437,6 +438,20 @@ def endpoint_ids_by_name(names: list[str]) -> list[int]:
 
 def recipe_ids_by_name(names: list[str]) -> list[int]:
     return _ids_by_name(ServerRecipe.objects.filter(enabled=True), names)
+
+
+def inventory() -> dict:
+    """The inventory as members read it: hosts with their GPUs and what their worker may start,
+    models with their variants, endpoints and recipes, each with what a run needs of it."""
+    from benchmarks.models import Host, Model
+
+    return {
+        "hosts": Host.objects.prefetch_related("gpus").order_by("name"),
+        "models": Model.objects.prefetch_related("variants").order_by("name"),
+        "endpoints": Endpoint.objects.filter(recipe__isnull=True).select_related("host", "variant__model")
+                                     .order_by("-enabled", "name"),
+        "recipes": ServerRecipe.objects.select_related("host", "variant__model").order_by("-enabled", "name"),
+    }
 
 
 def endpoints_for_runs() -> QuerySet[Endpoint]:

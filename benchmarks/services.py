@@ -753,9 +753,14 @@ def host_probe_store(*, host, probe) -> None:
         host.save()
 
 
-def host_register(*, name: str) -> Host:
-    """The inventory's row for the host a worker runs on (WORKER_HOST), created if new."""
+def host_register(*, name: str, allows=None) -> Host:
+    """The inventory's row for the host a worker runs on (WORKER_HOST), created if new; with
+    `allows` (its worker's lab Allowlist) what that worker may start, kept to pre-fill recipes."""
     host, _ = Host.objects.get_or_create(name=name)
+    if allows is not None:
+        host.lab_executables, host.lab_model_dirs = list(allows.executables), list(allows.model_dirs)
+        Host.objects.filter(id=host.id).update(lab_executables=host.lab_executables,
+                                               lab_model_dirs=host.lab_model_dirs)
     return host
 
 

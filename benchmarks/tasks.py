@@ -48,7 +48,12 @@ def consume_host_queue(sender, instance, **kwargs) -> None:
     endpoints come to it (with HOST_QUEUES on) and it can sample their GPUs."""
     if not settings.WORKER_HOST:
         return
-    host = services.host_register(name=settings.WORKER_HOST)
+    try:
+        allows = lab_services.allowlist()
+    except ValueError as exc:  # a recipe's launch says why; the queue is taken all the same
+        log.warning("the lab's settings cannot be read: %s", exc)
+        allows = None
+    host = services.host_register(name=settings.WORKER_HOST, allows=allows)
     instance.app.amqp.queues.select_add(host.queue_name)
     log.info("consuming %s, the queue of host %s", host.queue_name, host.name)
 

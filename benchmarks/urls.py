@@ -28,6 +28,7 @@ register_converter(FingerprintConverter, "fingerprint")
 urlpatterns = [
     path("", views.run_list, name="run-list"),
     path("runs/new/", views.run_new, name="run-new"),
+    path("inventory/", views.inventory, name="inventory"),
     path("r/<public_id:public_id>/", views.run_detail, name="run-detail"),
     path("r/<public_id:public_id>/progress.json", views.run_progress, name="run-progress"),
     path("r/<public_id:public_id>/cancel/", views.run_cancel, name="run-cancel"),

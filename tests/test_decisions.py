@@ -809,3 +809,40 @@ def test_staff_may_add_a_recipe_from_the_launch_command_when_nothing_starts_it(c
     member = Client()
     member.force_login(user())
     assert 'id="recipe-add"' not in member.get(page.redirect_chain[-1][0]).content.decode()
+
+
+def test_a_recipe_pre_filled_from_the_decision_page_is_complete_where_a_worker_allows_it(client):
+    """A worker that started with LAB_EXECUTABLES and LAB_MODEL_DIRS said so (services.host_register):
+    the pre-filled recipe names that host, the executable it allows under the command's name and
+    the model under its model folder, and saves as it is; the host's own allowlist lets it start."""
+    from benchmarks import services
+    from benchmarks.engine.launcher import Allowlist
+
+    allows = Allowlist(executables=("/srv/llama.cpp/bin/llama-server",), model_dirs=("/srv/models",))
+    host = services.host_register(name="v100-box", allows=allows)
+    services.host_register(name="other-box")  # its worker told nothing: not picked
+    client.force_login(user("inventory-staff", staff=True))
+    page = client.post(reverse("decision-new"), form(), follow=True)
+    initial = client.get(page.context["measure_this"]["recipe_add"]).context["adminform"].form.initial
+    assert (int(initial["host"]), initial["executable"]) == (host.pk, "/srv/llama.cpp/bin/llama-server")
+    assert initial["model_path"].startswith("/srv/models/") and "No host's worker" not in initial["notes"]
+    post = {"name": initial["name"], "host": host.pk, "backend": initial["backend"],
+            "executable": initial["executable"], "model_path": initial["model_path"],
+            "args": json.dumps(initial["args"]), "sweep": "{}", "env": "{}", "listen_address": "127.0.0.1",
+            "notes": initial["notes"], "enabled": "on", "created_0": "2026-12-01", "created_1": "12:00:00"}
+    assert client.post(reverse("admin:benchmarks_serverrecipe_add"), post).status_code == 302
+    recipe = ServerRecipe.objects.get(name=initial["name"])
+    assert allows.refusal(recipe.spec({})) == ""
+
+
+@pytest.mark.parametrize("gpu", [{}, {"gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
+                                      "vram_gib": "80"}, {"gpu_name": "Tesla P40", "compute_capability": "6.1",
+                                                          "vram_gib": "24"}])
+def test_no_band_on_the_decision_page_runs_from_a_figure_to_itself(client, gpu):
+    """A band whose two ends read the same ("48.3 to 48.3") says nothing: one figure has no spread."""
+    import re as regex
+
+    decision = decide({**V100, **gpu})
+    page = client.get(decision.get_absolute_url()).content.decode()
+    same = regex.findall(r"(?<![\d.])(\d+(?:\.\d+)?) to \1(?![\d.])", page)
+    assert same == [], same

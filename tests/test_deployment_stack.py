@@ -374,6 +374,7 @@ def submit_run(page, stack: Stack, endpoints: list[str], levels: str = "1,2", re
     page.fill("input[name=output_tokens]", str(output_tokens))
     page.fill("input[name=concurrency_levels]", levels)
     page.fill("input[name=requests_per_level]", str(requests))
+    page.click("#more-options summary")  # warm-up is folded with the other options
     page.fill("input[name=warmup_requests]", "1")
     page.click("text=Queue run")
     page.wait_for_url(re.compile(r".*/r/[A-Za-z0-9_-]+/$"))

@@ -24,7 +24,7 @@ def run_status(run: Run, request) -> dict:
         "created": run.created.isoformat(), "started": run.started.isoformat() if run.started else None,
         "ended": run.finished.isoformat() if run.finished else None,
         "progress": {"done": run.progress_done, "total": run.progress_total, "percent": run.progress_percent,
-                     "note": run.progress_note},
+                     "note": run.progress_note, "eta_s": run.eta_s},
         "error": selectors.run_error(run, hide_addresses=hide), "flags": run.flags,
         "archived": run.archived.isoformat() if run.archived else None,
         "regression": regression(run, request),
@@ -118,6 +118,19 @@ class Progress(serializers.Serializer):
     total = serializers.IntegerField()
     percent = serializers.IntegerField()
     note = serializers.CharField()
+    eta_s = serializers.FloatField(allow_null=True, help_text="Seconds left at the pace so far (null before the "
+                                                              "first request is done, and once finished)")
+
+
+class HostCheck(serializers.Serializer):
+    quiet = serializers.BooleanField(help_text="Whether other work left the host's CPUs quiet before the run")
+    waited_s = serializers.FloatField(help_text="How long the run waited for the host to quiet")
+    bound_s = serializers.FloatField(help_text="The most it would wait (RUN_HOST_QUIET_WAIT_S)")
+    busy_percent = serializers.FloatField(allow_null=True, help_text="The host's CPUs busy, all of them, "
+                                                                     "over the last window read (%)")
+    steal_percent = serializers.FloatField(allow_null=True, help_text="CPU steal over that window (%)")
+    cpus = serializers.IntegerField(allow_null=True)
+    sentence = serializers.CharField(help_text="What the run page says")
 
 
 class RunStatus(serializers.Serializer):
@@ -136,6 +149,8 @@ class RunStatus(serializers.Serializer):
     regression = Regression(allow_null=True)
     load_mode = serializers.ChoiceField(choices=Run.LOAD_MODES)
     trials = serializers.IntegerField()
+    host_check = HostCheck(allow_null=True, help_text="Before the run: was the measuring host quiet "
+                                                      "(null: not checked)")
     permalink = serializers.URLField()
     links = serializers.DictField(child=serializers.URLField())
 
@@ -149,8 +164,6 @@ class ScheduleSerializer(serializers.Serializer):
     at = serializers.CharField(allow_null=True)
     weekday = serializers.IntegerField(allow_null=True)
     cron = serializers.CharField()
-    host_check = HostCheck(allow_null=True, help_text="Before the run: was the measuring host quiet "
-                                                      "(null: not checked)")
     interval_s = serializers.IntegerField(allow_null=True)
     active = serializers.BooleanField()
     paused_reason = serializers.CharField()

@@ -10,6 +10,7 @@ figures as the metric catalogue does; 1, with no "version", named them ttft_p50_
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from urllib.parse import urlencode
 
@@ -180,8 +181,10 @@ def _link(result: dict, suggestion: dict) -> dict:
 
 def recipe_add_link(result: dict, candidate, launch: dict | None) -> str | None:
     """The inventory's "add server recipe" form pre-filled from a launch command: the backend, the
-    host, the model path and the arguments with the worker's placeholders ({port}, {model}, {host}).
-    The executable is left as the command names it: staff make it the host's absolute path."""
+    model path and the arguments with the worker's placeholders ({port}, {model}, {host}), and the
+    host with the executable its worker allows under that name (the decision's host, else the first
+    host whose worker allows one), the model's file under that worker's first model folder. Where no
+    worker allows it, the executable is left as the command names it and the notes say so."""
     if not launch or not launch.get("command"):
         return None
     words = shlex.split(launch["command"])
@@ -194,12 +197,34 @@ def recipe_add_link(result: dict, candidate, launch: dict | None) -> str | None:
     else:
         args += ["--port", "{port}"]
     args += ["--host", "{host}"]
+    notes = f"From the decision page's launch command: {launch['command']}"
+    host, allowed = lab_host_for(executable, result["gpu"].get("host_id"))
+    if allowed:
+        executable = allowed
+        if host.lab_model_dirs and not any(model_path.startswith(d.rstrip("/") + "/") for d in host.lab_model_dirs):
+            model_path = os.path.join(host.lab_model_dirs[0], os.path.basename(model_path.rstrip("/")))
+    else:
+        notes += (f". No host's worker allows an executable named {executable} (LAB_EXECUTABLES): give its "
+                  "absolute path on the host, and add it to that worker's LAB_EXECUTABLES.")
     params = {"name": f"{candidate.label} ({result['model']['name']})"[:100], "backend": candidate.backend,
-              "executable": executable, "model_path": model_path, "args": json.dumps(args),
-              "notes": f"From the decision page's launch command: {launch['command']}"}
-    if result["gpu"].get("host_id"):
-        params["host"] = result["gpu"]["host_id"]
+              "executable": executable, "model_path": model_path, "args": json.dumps(args), "notes": notes}
+    if host is not None:
+        params["host"] = host.pk
     return reverse("admin:benchmarks_serverrecipe_add") + "?" + urlencode(params)
+
+
+def lab_host_for(executable: str, host_id=None):
+    """(the host, the executable its worker allows under that name): the decision's host (with
+    "" when its worker allows none), else the first host whose worker does; (None, "")."""
+    from benchmarks.models import Host
+
+    if host_id:
+        host = Host.objects.filter(id=host_id).first()
+        return host, host.allowed_executable(executable) if host else ""
+    for host in Host.objects.exclude(lab_executables=[]).order_by("name"):
+        if allowed := host.allowed_executable(executable):
+            return host, allowed
+    return None, ""
 
 
 def measure_next_links(result: dict) -> list[dict]:

@@ -234,6 +234,9 @@ RESULTS_TABLE = (
     Column("decode_tok_s", ("p50",)), Column("aggregate_tok_s"), Column("prefill_tok_s", ("p50",)),
     Column("server_decode_tok_s", ("p50",)), Column("goodput"), Column("goodput_ratio"),
 )
+# The run page's first screen: per endpoint and load, its throughput and latency in one line.
+HEADLINE = (Figure("aggregate_tok_s"), Figure("decode_tok_s", "p50"), Figure("ttft_ms", "p50"),
+            Figure("e2e_ms", "p99"))
 # A comparison or advisor point: one load level's headline figures (engine.points.Point).
 POINT_FIGURES = (Figure("ttft_ms", "p50"), Figure("ttft_ms", "p90"), Figure("ttft_ms", "p99"),
                  Figure("tpot_ms", "p50"), Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"),

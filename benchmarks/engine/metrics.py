@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from .catalogue import DISTRIBUTION, METRICS, PERCENTILES, SCALAR, Figure
+from .catalogue import DISTRIBUTION, METRICS, PERCENTILES, Figure
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolation percentile (numpy's default method); None for no values."""

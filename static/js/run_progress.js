@@ -13,6 +13,7 @@
         document.getElementById("progress-total").textContent = p.total;
         document.getElementById("progress-percent").textContent = p.percent;
         document.getElementById("progress-note").textContent = p.note;
+        document.getElementById("progress-eta").textContent = p.eta;
         var status = document.getElementById("run-status");
         status.textContent = p.status;
         status.className = "status " + p.status;
