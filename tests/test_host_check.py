@@ -89,13 +89,15 @@ def test_a_run_on_a_host_other_work_keeps_busy_waits_then_says_so_first(client, 
     """Real CPUs: one spinning process per CPU keeps the host over the threshold whatever else
     runs here, so the run waits its bound, starts, and its page and API say why."""
     settings.RUN_HOST_CHECK_S, settings.RUN_HOST_QUIET_WAIT_S = 0.3, 1.0
+    settings.HOST_QUEUES = True  # its host's queue has no worker: this process measures it, with these settings
     sim = simulator(dialect="vllm")
     spinners = [multiprocessing.Process(target=_spin, args=(time.monotonic() + 60,), daemon=True)
                 for _ in range(os.cpu_count() or 1)]
     for p in spinners:
         p.start()
     try:
-        run = execute_in_process(queue_run(owner=user(), endpoints=[endpoint(sim.url)], prompt_tokens=16,
+        run = execute_in_process(queue_run(owner=user(), endpoints=[endpoint(sim.url, host="quiet-check")],
+                                           prompt_tokens=16,
                                            output_tokens=4, temperature=0.0, concurrency_levels=[1],
                                            requests_per_level=2, warmup_requests=0))
     finally:
@@ -116,8 +118,10 @@ def test_a_run_on_a_host_other_work_keeps_busy_waits_then_says_so_first(client, 
 @pytest.mark.django_db(transaction=True)
 def test_with_the_check_off_nothing_is_read_or_said(client, simulator, settings):
     settings.RUN_HOST_CHECK_S = 0
+    settings.HOST_QUEUES = True
     sim = simulator(dialect="vllm")
-    run = execute_in_process(queue_run(owner=user(), endpoints=[endpoint(sim.url)], prompt_tokens=16,
+    run = execute_in_process(queue_run(owner=user(), endpoints=[endpoint(sim.url, host="quiet-check")],
+                                       prompt_tokens=16,
                                        output_tokens=4, temperature=0.0, concurrency_levels=[1],
                                        requests_per_level=2, warmup_requests=0))
     assert run.host_check == {} and run.host_checked is None
