@@ -92,6 +92,7 @@ QUALITY_CTX = (16, 8192)
 QUALITY_WINDOWS = (1, 1000)
 QUALITY_MAX_POSITIONS = 200_000
 QUALITY_FIELDS = ("quality", "quality_text", "quality_text_file", "quality_text_name", "quality_reference",
+                  "quality_reference_recipe",
                   "quality_ctx", "quality_chunks")
 DATASET_FIELDS = ("dataset_source", "length_distribution", "length_spread", "dataset_file", "output_lengths",
                   "prefix_tokens", "prefix_share")
@@ -261,6 +262,13 @@ class RunForm(forms.Form):
         help_text="One of the chosen endpoints, the same base model at higher precision (e.g. FP16 or Q8_0); "
                   "the others are compared with it.",
         error_messages={"invalid_choice": "Choose a registered, enabled endpoint as the reference."})
+    quality_reference_recipe = forms.ModelChoiceField(
+        queryset=ServerRecipe.objects.none(), required=False, to_field_name="name", label="…or a reference recipe",
+        empty_label="none",
+        help_text="One of the chosen recipes whose server llama.cpp starts from a GGUF file: the host's "
+                  "llama-perplexity scores that file, and each server the lab starts from a GGUF is compared with "
+                  "it over the whole vocabulary (registered endpoints get perplexity only).",
+        error_messages={"invalid_choice": "Choose a recipe that can be started as the reference."})
     quality_ctx = forms.IntegerField(required=False, initial=quality_engine.DEFAULT_CTX, min_value=QUALITY_CTX[0],
                                      max_value=QUALITY_CTX[1], label="Quality window (tokens)",
                                      help_text="llama-perplexity's -c: the second half of each window is scored.")
@@ -293,6 +301,7 @@ class RunForm(forms.Form):
         self.fields["quality_text"].queryset = selectors.evaluation_texts()
         self.fields["quality_text_file"].help_text += f" At most {settings.MAX_EVALUATION_TEXT_MIB} MiB."
         self.fields["recipes"].queryset = selectors.recipes_for_runs()
+        self.fields["quality_reference_recipe"].queryset = selectors.recipes_for_runs()
         self._add_sweep_fields()
         self.fields["prompt_tokens"].max_value = settings.MAX_TOKENS
         self.fields["prompt_tokens"].validators.append(_max(settings.MAX_TOKENS))
@@ -611,7 +620,7 @@ class RunForm(forms.Form):
         if not data.get("quality"):  # what the quality fields say does not matter then
             for field in QUALITY_FIELDS:
                 self._errors.pop(field, None)
-            data.update(quality=False, quality_text=None, quality_reference=None,
+            data.update(quality=False, quality_text=None, quality_reference=None, quality_reference_recipe=None,
                         quality_ctx=quality_engine.DEFAULT_CTX, quality_chunks=quality_engine.DEFAULT_CHUNKS)
             return
         if upload and data.get("quality_text"):
@@ -622,6 +631,16 @@ class RunForm(forms.Form):
         if reference is not None and "endpoints" in data and reference not in data["endpoints"]:
             self.add_error("quality_reference", f"{reference.name} is not one of the chosen endpoints: the reference "
                                                 "must be measured in the same run. Tick it above, or choose another.")
+        recipe = data.get("quality_reference_recipe")
+        if recipe is not None and reference is not None:
+            self.add_error("quality_reference_recipe", "Choose one reference: an endpoint or a recipe.")
+        elif recipe is not None and "recipes" in data and recipe not in (data.get("recipes") or []):
+            self.add_error("quality_reference_recipe", f"{recipe.name} is not one of the chosen recipes: tick it "
+                                                       "under Server recipes, or choose another.")
+        elif recipe is not None and recipe.backend != "llamacpp":
+            self.add_error("quality_reference_recipe", f"{recipe.name} starts {recipe.get_backend_display()}: a "
+                                                       "reference recipe is scored by llama-perplexity, so it "
+                                                       "must start llama.cpp from a GGUF file.")
         others = len(data.get("endpoints") or []) + len(data.get("recipes") or [])  # recipes: their servers
         if reference is not None and others < 2 and "endpoints" in data:
             self.add_error("quality_reference", "A reference needs at least one other endpoint or recipe to compare "

@@ -579,6 +579,10 @@ class Run(models.Model):
     quality_reference = models.ForeignKey(Endpoint, models.PROTECT, null=True, blank=True, related_name="+",
                                           help_text="One of the run's endpoints: the same base model at "
                                                     "higher precision.")
+    quality_reference_recipe = models.ForeignKey(
+        ServerRecipe, models.PROTECT, null=True, blank=True, related_name="+",
+        help_text="Or one of the run's recipes: its GGUF file scored by the host's llama-perplexity, each server "
+                  "the lab starts from a GGUF compared with it over the full vocabulary.")
     quality_ctx = models.PositiveIntegerField("quality window (tokens)", default=DEFAULT_CTX,
                                               validators=[MinValueValidator(8)])
     quality_chunks = models.PositiveIntegerField("quality windows", default=DEFAULT_CHUNKS,

@@ -475,6 +475,9 @@ QUALITY_METHODS = {  # method -> (short, in words)
     "teacher_forcing": ("teacher forcing", "one request per position with the window so far as the prompt, the actual "
                                            "next token forced (logit_bias) and its raw log-probability read with the "
                                            "top-k (n_probs)"),
+    "llama_perplexity": ("llama-perplexity", "the host's llama-perplexity on the GGUF file the server was started "
+                                             "from, on the same text and windows; KL over the whole vocabulary "
+                                             "against the reference recipe's file (--kl-divergence)"),
 }
 
 
@@ -516,7 +519,9 @@ def quality_section(run: Run, *, hide_addresses: bool = False) -> dict | None:
     for e in endpoints:
         row = stored.get(e.id)
         r = row.figures if row else None
-        entry = {"endpoint": e, "is_reference": e.id == run.quality_reference_id, "result": r,
+        is_reference = e.id == run.quality_reference_id or bool(
+            run.quality_reference_recipe_id and e.recipe_id == run.quality_reference_recipe_id)
+        entry = {"endpoint": e, "is_reference": is_reference, "result": r,
                  "error": blank(row.error) if row else "", "pending": row is None}
         if r is not None:
             digits = METRICS["perplexity"].digits
@@ -542,7 +547,7 @@ def quality_section(run: Run, *, hide_addresses: bool = False) -> dict | None:
                 "tokens_text": f"{r.text['tokens']:,}" if r.text.get("tokens") else ""})
             text["endpoints"].append(e.name)
         rows.append(entry)
-    reference = next((e for e in endpoints if e.id == run.quality_reference_id), None)
+    reference = next((e for e in endpoints if e.id == run.quality_reference_id), None) or run.quality_reference_recipe
     return {"rows": rows, "texts": list(texts.values()), "reference": reference, "figures": QUALITY_FIGURES,
             "asked": {"name": run.quality_text.name if run.quality_text_id else "built-in: Python's documentation",
                       "n_ctx": run.quality_ctx, "chunks": run.quality_chunks,
@@ -560,7 +565,8 @@ def quality_export(run: Run, *, hide_addresses: bool = False) -> dict | None:
     return {
         "text": ({"name": text.name, "sha256": text.sha256, "chars": len(text.text)} if text
                  else {"name": "built-in", "sha256": None}),
-        "reference": run.quality_reference.name if run.quality_reference_id else None,
+        "reference": (run.quality_reference.name if run.quality_reference_id else
+                      run.quality_reference_recipe.name if run.quality_reference_recipe_id else None),
         "n_ctx": run.quality_ctx, "chunks": run.quality_chunks,
         "results": [{"endpoint": row.endpoint.name, "measured_at": row.measured_at.isoformat(),
                      "result": blank(row.figures.to_dict()) if row.figures else None,
@@ -829,9 +835,9 @@ def _stored(level: LevelResult, field: str) -> dict:
 
 
 # ---------------------------------------------------------------- export
-# 4: trials (a level's "trial") and SLO searches; 3: the quality step; 2: endpoints keyed by name,
-# levels by public id (1: database ids)
-EXPORT_VERSION = 4
+# 5: the lab's launches (start-up, memory, how each server ended); 4: trials (a level's "trial")
+# and SLO searches; 3: the quality step; 2: endpoints keyed by name, levels by public id (1: ids)
+EXPORT_VERSION = 5
 REQUEST_FIELDS = ("index", "sent", "scheduled", "conversation", "turn", "first_content", "first_answer", "end", "prompt_tokens",
                   "output_tokens", "client_output_tokens", "finish_reason", "status_code", "error", "error_kind")
 
@@ -879,6 +885,7 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
                 "conversation": _conversation(run.load.arguments()["conversation"])},
         "slo_search": {name: search.to_dict() for name, search in _searches_by_name(run, run_endpoints).items()},
         "flags": run.flags, "endpoints": endpoints, "quality": quality_export(run, hide_addresses=hide_addresses),
+        "launches": launches_export(run, blank, hide_addresses),
         "levels": [{"id": lv.public_id, "endpoint": lv.endpoint.name, "level_index": lv.level_index, "trial": lv.trial,
                     "load": lv.load_label,
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),
@@ -886,6 +893,22 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
                     **{field: _stored(lv, field) for field in STORED_SHAPES},
                     **({"requests": records[lv.id]} if with_requests else {})} for lv in levels],
     }
+
+
+def launches_export(run: Run, blank, hide_addresses: bool) -> list[dict]:
+    """The servers the run started from recipes: per recipe and setting its endpoint and what its
+    start showed (LaunchReport, every stored version read by its one reader): start-up times, GPU
+    memory before, after load, at peak and after the stop, whether it was given back; without
+    `hide_addresses`, its command."""
+    out = []
+    for launch in run.launches.select_related("recipe", "endpoint").order_by("recipe__name", "setting_index"):
+        report = launch.figures.to_dict()
+        if hide_addresses:
+            report["command"] = None
+        out.append({"recipe": launch.recipe.name, "setting": launch.setting, "status": launch.status,
+                    "endpoint": launch.endpoint.name if launch.endpoint_id else None,
+                    "report": blank(report)})
+    return out
 
 
 # The requests CSV's columns: (stored field, header). Every time is in seconds from the level's

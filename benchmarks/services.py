@@ -4,7 +4,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import secrets
+import shutil
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from benchmarks.engine.client_figures import ClientFigures
 from benchmarks.engine.gpu import GpuSummary
 from benchmarks.engine.metrics import summarize_level
 from benchmarks import loadgen
-from benchmarks.engine import host_check, shards
+from benchmarks.engine import host_check, llama_perplexity, shards
 from benchmarks.engine.plan import RunPlan
 from benchmarks.limits import plan_limits
 from benchmarks.engine.observe import GpuTelemetry, ServerTelemetry, measure_observed
@@ -49,7 +51,7 @@ log = logging.getLogger(__name__)
 
 def run_create(*, owner, endpoints: list[Endpoint], plan: RunPlan, title: str = "", recipes: list = (),
                quality_text: EvaluationText | None = None, quality_upload: dict | None = None,
-               quality_reference: Endpoint | None = None, schedule=None) -> Run:
+               quality_reference: Endpoint | None = None, quality_reference_recipe=None, schedule=None) -> Run:
     """Queue a run of `plan` (engine/plan.py) on `endpoints` and on servers started from `recipes`
     (each at every setting of the plan's sweep; all allowed values for a recipe not in it), which
     are measured as an endpoint is. Every door (the run form, the API, a schedule's firing) comes
@@ -68,10 +70,10 @@ def run_create(*, owner, endpoints: list[Endpoint], plan: RunPlan, title: str = 
         if plan.quality.on and quality_upload:
             quality_text = evaluation_text_store(owner=owner, **quality_upload)
         if not plan.quality.on:
-            quality_text = quality_reference = None
+            quality_text = quality_reference = quality_reference_recipe = None
         run = Run.objects.create(
             owner=owner, title=title, **plan.columns(), quality_text=quality_text,
-            quality_reference=quality_reference, progress_total=len(endpoints) * per_endpoint,
+            quality_reference=quality_reference, quality_reference_recipe=quality_reference_recipe, progress_total=len(endpoints) * per_endpoint,
             queue_name=queue_for(endpoints, recipes), schedule=schedule)
         run.endpoints.set(endpoints)
         run.recipes.set(recipes)
@@ -183,14 +185,20 @@ def run_execute(*, run_id: int, worker: str = "") -> None:
         for endpoint in run.endpoints.filter(recipe__isnull=True).select_related("host").order_by("name"):
             _measure_endpoint(run, endpoint, loop, monitor)
         reference = _measure_quality(run, loop, monitor) if run.quality else None
-        for launch in run.launches.select_related("recipe__host", "recipe__variant").order_by("recipe__name",
-                                                                                                "setting_index"):
-            if monitor.should_stop():
-                raise Cancelled()
-            lab_services.launch_execute(
-                run=run, launch=launch, should_stop=monitor.should_stop, note=lambda text: _note(run, text),
-                rounds=_rounds(run, launch),
-                measure=lambda e, trials, last: _measure_started(run, e, loop, monitor, reference, trials, last))
+        launches = run.launches.select_related("recipe__host", "recipe__variant").order_by("recipe__name",
+                                                                                          "setting_index")
+        try:
+            if reference is not None and launches.exists():
+                _tool_reference(run, reference, monitor)
+            for launch in launches:
+                if monitor.should_stop():
+                    raise Cancelled()
+                lab_services.launch_execute(
+                    run=run, launch=launch, should_stop=monitor.should_stop, note=lambda text: _note(run, text),
+                    rounds=_rounds(run, launch),
+                    measure=lambda e, trials, last: _measure_started(run, e, loop, monitor, reference, trials, last))
+        finally:
+            shutil.rmtree(lab_services.quality_folder(run), ignore_errors=True)
     except Cancelled:
         if monitor.stop_reason == "time limit":
             _finish(run, Run.FAILED, error=f"time limit of {settings.RUN_TIME_LIMIT_S:g} s reached; "
@@ -371,6 +379,75 @@ class QualityReference:
 
     scores: object = None
     refused: str = ""
+    # A recipe as the reference (Run.quality_reference_recipe): its file scored by llama-perplexity,
+    # its distributions saved in `base` for the servers the lab starts from GGUF files.
+    recipe_id: int | None = None
+    name: str = ""
+    base: str = ""
+    own: object = None  # its own ToolScores
+    text_path: object = None
+
+
+def _tool_reference(run: Run, reference: QualityReference, monitor: "RunMonitor") -> None:
+    """Before any server of the run starts: with a recipe as the reference, the host's
+    llama-perplexity scores its file once and saves its distributions; and the text is written
+    where the tool reads it. Why not, where it cannot, is kept in `reference.refused`."""
+    folder = lab_services.quality_folder(run)
+    folder.mkdir(parents=True, exist_ok=True)
+    reference.text_path = folder / "text.txt"
+    reference.text_path.write_text(run.evaluation_text().text, encoding="utf-8")
+    recipe = run.quality_reference_recipe
+    if recipe is None:
+        return
+    reference.recipe_id, reference.name = recipe.id, recipe.name
+    tool, why = lab_services.quality_tool(recipe)
+    if not tool:
+        reference.refused = f"the reference {recipe.name} could not be scored: {why}"
+        return
+    _note(run, f"quality: {recipe.name} (the reference) by llama-perplexity")
+    try:
+        reference.own = lab_services.tool_scores(
+            tool=tool, recipe=recipe, text_path=reference.text_path, n_ctx=run.quality_ctx,
+            chunks=run.quality_chunks, base=str(folder / "base.kld"), should_stop=monitor.should_stop)
+    except llama_perplexity.ToolError as exc:
+        reference.refused = f"the reference {recipe.name} could not be scored: {exc}"
+        return
+    reference.base = str(folder / "base.kld")
+
+
+def _quality_by_tool(run: Run, endpoint: Endpoint, reference: QualityReference, monitor: "RunMonitor") -> bool:
+    """A server the lab started from a GGUF file, scored by the host's llama-perplexity on that
+    file (the same text and windows; against the reference recipe's distributions where there is
+    one). False where the tool cannot score it (the endpoint path then does)."""
+    recipe = endpoint.recipe
+    tool, _ = lab_services.quality_tool(recipe) if recipe is not None else ("", "")
+    if not tool or reference.text_path is None or (reference.recipe_id and not reference.base) or \
+            run.quality_reference_id:
+        return False
+    is_reference = recipe.id == reference.recipe_id
+    _note(run, f"quality: {endpoint.name} by llama-perplexity")
+    try:
+        scores = reference.own if is_reference else lab_services.tool_scores(
+            tool=tool, recipe=recipe, text_path=reference.text_path, n_ctx=run.quality_ctx,
+            chunks=run.quality_chunks, base=reference.base, compare=bool(reference.base),
+            should_stop=monitor.should_stop)
+    except llama_perplexity.ToolError as exc:
+        if monitor.should_stop():
+            raise Cancelled() from None
+        quality_store(run=run, endpoint=endpoint, error=str(exc))
+        return True
+    text = run.evaluation_text()
+    tokens = scores.tokens_scored
+    result = quality_engine.QualityResult(
+        text=text.describe(), backend="llamacpp", method=llama_perplexity.METHOD,
+        settings={"n_ctx": scores.n_ctx, "windows": scores.chunks, "llama_perplexity":
+                  " ".join(scores.command[1:]).replace(recipe.model_path, "MODEL"), "tool": scores.command[0]},
+        perplexity=scores.perplexity, perplexity_stderr=scores.perplexity_stderr,
+        mean_nll=math.log(scores.perplexity), tokens_scored=tokens, seconds=round(scores.seconds, 3),
+        tokens_per_s=tokens / scores.seconds if scores.seconds else 0.0, requests=0,
+        reference=None if is_reference else scores.reference(reference.name))
+    quality_store(run=run, endpoint=endpoint, result=result)
+    return True
 
 
 def _measure_quality(run: Run, loop: asyncio.AbstractEventLoop, monitor: "RunMonitor") -> QualityReference:
@@ -383,11 +460,17 @@ def _measure_quality(run: Run, loop: asyncio.AbstractEventLoop, monitor: "RunMon
     endpoints = list(run.endpoints.filter(recipe__isnull=True).select_related("host").order_by("name"))
     stored = {q.endpoint_id: q for q in run.quality_results.all()}
     ref_endpoint = next((e for e in endpoints if e.id == run.quality_reference_id), None)
+    if run.quality_reference_recipe_id:  # scored from its file: registered endpoints get perplexity only
+        reference_recipe = run.quality_reference_recipe.name
+        refused = (f"the reference is the recipe {reference_recipe}, scored from its file by llama-perplexity: only "
+                   "servers the lab starts from GGUF files are compared with it")
+    else:
+        refused = ""
     todo = [e for e in endpoints if e.id not in stored and e is not ref_endpoint]
     servers_to_score = run.launches.exclude(status__in=lab_services.FINISHED).exists()
     monitor.level_stored(_progress_done(run))
     text = run.evaluation_text()
-    reference = QualityReference()
+    reference = QualityReference(refused=refused)
     if ref_endpoint is not None and (ref_endpoint.id not in stored or todo or servers_to_score):
         first = ref_endpoint.id not in stored
         if not first and stored[ref_endpoint.id].error:
@@ -430,7 +513,9 @@ def _measure_started(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLo
     addresses = lab_services.lab_addresses()
     _measure_endpoint(run, endpoint, loop, monitor, addresses=addresses, trials=trials)
     if last and reference is not None and not run.quality_results.filter(endpoint=endpoint).exists():
-        _quality_one(run, endpoint, loop, monitor, run.evaluation_text(), reference, addresses=addresses)
+        if not _quality_by_tool(run, endpoint, reference, monitor):
+            _quality_one(run, endpoint, loop, monitor, run.evaluation_text(), reference, addresses=addresses)
+        monitor.level_stored(_progress_done(run))
         monitor.follow(None)
 
 

@@ -8,7 +8,7 @@ Servers come from scripts/llm-servers.sh (built and cached on first use). Prints
 (what, machine, servers and one pass per server setting); `--json FILE` also writes it.
 
     .venv/bin/python scripts/bench_quality_cpu.py [--parallel 1,2] [--ctx 512] [--chunks 2]
-                                                  [--vllm-chunks 8] [--json FILE]
+                                                  [--vllm-chunks 8] [--tool] [--json FILE]
 """
 from __future__ import annotations
 
@@ -84,12 +84,35 @@ def score(url: str, backend: str, ctx: int, chunks: int) -> dict:
             "perplexity": result["perplexity"], "settings": result["settings"], "text": result["text"]}
 
 
+def tool_pass(ctx: int, chunks: int) -> dict:
+    """llama-perplexity itself on the same GGUF, text and windows: what the lab's quality step runs
+    for a server it started from a GGUF file."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.engine import llama_perplexity
+    from benchmarks.engine.quality import builtin_text
+
+    binary, gguf = subprocess.run(["bash", str(LLM_SERVERS), "path"], capture_output=True, text=True,
+                                  check=True).stdout.split()
+    text = Path("/tmp") / f"bench-quality-text-{os.getpid()}.txt"
+    text.write_text(builtin_text().text, encoding="utf-8")
+    try:
+        argv = llama_perplexity.command(str(Path(binary).parent / "llama-perplexity"), gguf, str(text), ctx, chunks,
+                                        threads=THREADS)
+        scores = llama_perplexity.run(argv, timeout_s=3600)
+    finally:
+        text.unlink(missing_ok=True)
+    return {"server": "none: llama-perplexity on the GGUF file, " + " ".join(argv[1:]).replace(gguf, "MODEL"),
+            "method": "llama_perplexity", "tokens_scored": scores.tokens_scored, "seconds": round(scores.seconds, 2),
+            "tokens_per_s": round(scores.tokens_scored / scores.seconds, 1), "perplexity": scores.perplexity}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parallel", default="1,2", help="llama-server --parallel values to measure")
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--chunks", type=int, default=2, help="windows through llama-server")
     ap.add_argument("--vllm-chunks", type=int, default=8, help="windows through vLLM (0: skip vLLM)")
+    ap.add_argument("--tool", action="store_true", help="also time llama-perplexity itself on the same windows")
     ap.add_argument("--json", help="also write the result here")
     a = ap.parse_args()
     out = {"what": "Tokens scored per second by the quality step on a CPU, through the product's command "
@@ -108,6 +131,8 @@ def main() -> int:
                 "method": "teacher_forcing", **score(url, "llamacpp", a.ctx, a.chunks)}
         finally:
             stop(proc)
+    if a.tool:
+        out["passes"]["llama-perplexity"] = tool_pass(a.ctx, a.chunks)
     if a.vllm_chunks:
         proc, url = start(["vllm-serve"], 600)
         try:

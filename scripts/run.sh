@@ -20,7 +20,8 @@ LAB_WORKER_ENV=()
 if CACHED=$(bash scripts/llm-servers.sh cached 2>/dev/null); then
   read -r LAB_BIN LAB_GGUF <<<"$CACHED"
   LAB_HOST=${WORKER_HOST:-$(hostname)}
-  LAB_WORKER_ENV=(WORKER_HOST="$LAB_HOST" LAB_EXECUTABLES="${LAB_EXECUTABLES:-$LAB_BIN}"
+  # llama-perplexity beside it scores the quality step of the servers the lab starts from GGUF files.
+  LAB_WORKER_ENV=(WORKER_HOST="$LAB_HOST" LAB_EXECUTABLES="${LAB_EXECUTABLES:-$LAB_BIN,$(dirname "$LAB_BIN")/llama-perplexity}"
                   LAB_MODEL_DIRS="${LAB_MODEL_DIRS:-$(dirname "$LAB_GGUF")}")
   .venv/bin/python manage.py register_recipe --name llama-cpu-gemma3-lab --host "$LAB_HOST" --backend llamacpp \
     --executable "$LAB_BIN" --model-path "$LAB_GGUF" --sweep '{"--parallel": [1, 4]}' \

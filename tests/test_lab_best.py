@@ -43,3 +43,15 @@ def test_a_five_percent_lead_is_a_best_only_where_the_settings_history_is_steadi
     assert best["clear"] and best["setting"] == "--parallel 8", (best["why"], best)
     assert "beyond the ±" in best["why"] and "from its last 3 comparable runs" in best["why"], best
     assert best["ratio"] == "1.05×"
+
+
+def test_gpu_memory_is_said_per_process_and_per_device():
+    """The H200 lab run read 8,815 MiB for the server's processes (as nvidia-smi lists them) and
+    9,430 MiB used on the device: the driver's reserve is the difference; both are said."""
+    from benchmarks.engine.launcher import MemoryReading
+    from benchmarks.lab.selectors import memory_text
+
+    gpu = MemoryReading("gpu", 8815.0, {"0": 9430.0}, {"4242": 8815.0}, "per process, from NVML")
+    assert memory_text(gpu) == "8 815 MiB GPU (its processes) · 9 430 MiB on the device"
+    assert memory_text(MemoryReading("rss", 352.4, note="no GPU here")) == "352 MiB RSS"
+    assert memory_text(MemoryReading()) == "—"

@@ -99,3 +99,33 @@ def test_progress_never_goes_back_when_a_level_is_stored_after_a_quality_step():
     outcome, _ = _measure("vllm", (1,), 2, 512, 4, False, None)[0]
     level_store(run=run, endpoint=b, outcome=outcome, level_index=0)
     assert Run.objects.get(id=run.id).progress_done == before + 2
+
+
+@pytest.mark.django_db
+def test_the_export_carries_each_started_servers_start_up_and_memory():
+    """Export version 5: the lab's launches with their LaunchReport (start-up times, GPU memory at
+    each point, how the server ended); an anonymous reader gets no command and no model path."""
+    from benchmarks.engine.launcher import LaunchReport, MemoryReading
+    from benchmarks.models import ServerLaunch, ServerRecipe
+
+    e = endpoint(name="lab q4", url="http://127.0.0.1:18101")
+    recipe = ServerRecipe.objects.create(name="q4", host=e.host, backend="llamacpp", executable="/opt/bin/llama-server",
+                                         model_path="/srv/models/q4.gguf", args=["-m", "{model}", "--port", "{port}"])
+    e.recipe = recipe
+    e.save(update_fields=["recipe"])
+    run = measured_run([e], levels=(1,), requests=2, tokens=4, owner=user())
+    report = LaunchReport(status="stopped", command="/opt/bin/llama-server -m /srv/models/q4.gguf --port 18101",
+                          health_s=2.5, first_token_s=2.75, memory_loaded=MemoryReading("gpu", 9430.0, note="device"),
+                          memory_peak=MemoryReading("gpu", 9600.0), memory_freed=True,
+                          log_tail="loaded /srv/models/q4.gguf")
+    ServerLaunch.objects.create(run=run, recipe=recipe, setting={"--parallel": 4}, endpoint=e,
+                                status=ServerLaunch.STOPPED, report=report.to_dict())
+    member = selectors.run_export(run, hide_addresses=False)
+    assert member["version"] == 5
+    (launch,) = member["launches"]
+    assert (launch["recipe"], launch["setting"], launch["endpoint"], launch["status"]) == (
+        "q4", {"--parallel": 4}, "lab q4", "stopped")
+    assert LaunchReport.from_dict(launch["report"]) == report  # the stored shape, read back whole
+    anonymous = selectors.run_export(run, hide_addresses=True)["launches"][0]["report"]
+    assert anonymous["command"] is None and "/srv/models/q4.gguf" not in str(anonymous)
+    assert anonymous["health_s"] == 2.5 and anonymous["memory_loaded"]["server_mib"] == 9430.0

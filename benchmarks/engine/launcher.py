@@ -372,6 +372,10 @@ class Allowlist:
                 or self._env_problem(spec, backend) or self._gpus_problem(spec)
                 or self._listen_problem(spec.listen_host) or (_run_as_problem(self.run_as) if self.run_as else ""))
 
+    def allows_model(self, path: str) -> bool:
+        """Whether `path` lies under one of LAB_MODEL_DIRS."""
+        return bool(self.model_dirs) and self._in_model_dirs(path)
+
     def _in_model_dirs(self, path: str) -> bool:
         return any(_inside(_real(path), d) for d in self.model_dirs)
 

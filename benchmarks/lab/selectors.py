@@ -14,10 +14,17 @@ HEALTH, FIRST_TOKEN, MEMORY = catalogue.LAUNCH_FIGURES  # the table's start-up c
 
 
 def memory_text(reading: MemoryReading) -> str:
-    """ "14 900 MiB GPU" / "352 MiB RSS"; "—" when not read."""
+    """ "8 815 MiB GPU (its processes) · 9 430 MiB on the device" / "352 MiB RSS"; "—" when not
+    read. On a GPU both: NVML's figure per process, and the device's used memory, which also
+    counts the driver's own reserve (and anything else on the GPU)."""
     if reading.server_mib is None:
         return "—"
-    return f"{reading.server_mib:,.0f} MiB {'GPU' if reading.source == 'gpu' else 'RSS'}".replace(",", " ")
+    if reading.source != "gpu":
+        return f"{reading.server_mib:,.0f} MiB RSS".replace(",", " ")
+    text = f"{reading.server_mib:,.0f} MiB GPU (its processes)"
+    if reading.device_total_mib is not None:
+        text += f" · {reading.device_total_mib:,.0f} MiB on the device"
+    return text.replace(",", " ")
 
 
 def run_lab(run: Run, *, blank=lambda value: value, hide_addresses: bool = False) -> dict | None:

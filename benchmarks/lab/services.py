@@ -8,13 +8,16 @@ cause) and the run goes on to the next.
 from __future__ import annotations
 
 import logging
+import os
+import pwd
+from pathlib import Path
 from typing import Callable
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from benchmarks.engine import launcher, multi_gpu
+from benchmarks.engine import launcher, llama_perplexity, multi_gpu
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Cancelled
 from benchmarks.engine.launcher import Allowlist, LaunchReport
@@ -186,3 +189,49 @@ def _start_and_measure(run, launch, trials, last, measure, should_stop, note, wh
             ServerLaunch.objects.filter(id=launch.id).update(status=ServerLaunch.RUNNING)
             launch.status = ServerLaunch.RUNNING
     return True
+
+
+# ------------------------------------------------------------------ quality by llama-perplexity
+TOOL_NAME = "llama-perplexity"
+
+
+def quality_tool(recipe: ServerRecipe) -> tuple[str, str]:
+    """(the llama-perplexity this host's worker allows for `recipe`'s model file, "") or ("", why
+    not): a llama.cpp recipe whose model is a GGUF file under LAB_MODEL_DIRS, and a llama-perplexity
+    among LAB_EXECUTABLES (the one beside the recipe's executable first)."""
+    if recipe.backend != "llamacpp":
+        return "", f"{recipe.name} starts {recipe.get_backend_display()}, not llama.cpp from a GGUF file"
+    allows = allowlist()
+    if not recipe.model_path.endswith(".gguf") or not os.path.isfile(recipe.model_path):
+        return "", f"{recipe.name}'s model is not a GGUF file on this host"
+    if not allows.allows_model(recipe.model_path):
+        return "", f"{recipe.name}'s model is outside the folders this host allows (LAB_MODEL_DIRS)"
+    tools = [e for e in allows.executables if os.path.basename(e) == TOOL_NAME]
+    if not tools:
+        return "", f"this host's worker allows no {TOOL_NAME} (LAB_EXECUTABLES)"
+    beside = [t for t in tools if os.path.dirname(t) == os.path.dirname(recipe.executable)]
+    return (beside or tools)[0], ""
+
+
+def quality_folder(run: Run) -> Path:
+    """Where a run's quality files live on the host (the text, the reference's distributions)."""
+    return Path(settings.LAB_STATE_DIR) / "quality" / f"run-{run.id}"
+
+
+def tool_scores(*, tool: str, recipe: ServerRecipe, text_path: Path, n_ctx: int, chunks: int, base: str = "",
+                compare: bool = False, should_stop: Callable[[], bool]) -> llama_perplexity.ToolScores:
+    """llama-perplexity on `recipe`'s file, as servers are started: the worker's INHERITED_ENV only,
+    as the LAB_RUN_AS user where there is one. Raises ToolError with the reason."""
+    allows = allowlist()
+    user = pwd.getpwnam(allows.run_as) if allows.run_as else None
+    env = {k: os.environ[k] for k in launcher.INHERITED_ENV if k in os.environ}
+    as_user = {}
+    if user is not None:
+        env.update(HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name)
+        as_user = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[])
+        for path in (text_path.parent, text_path):
+            os.chown(path, user.pw_uid, user.pw_gid)
+    argv = llama_perplexity.command(tool, recipe.model_path, str(text_path), n_ctx, chunks, base=base,
+                                    compare=compare)
+    return llama_perplexity.run(argv, timeout_s=settings.LAB_START_TIMEOUT_S, should_stop=should_stop, env=env,
+                                **as_user)
