@@ -70,3 +70,18 @@ def test_the_admin_holds_the_inventory_and_the_endpoint_form_opens_on_what_a_run
     fields = re.findall(r'name="([a-z_]+)"', form[form.index("<fieldset"):])
     assert fields[:4] == ["name", "host", "backend", "base_url"], fields[:8]
     assert fields.index("alert_emails") > fields.index("enabled"), fields
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("width,height", [(1366, 768), (1920, 1080)])
+def test_the_inventory_page_fits_both_screens(page, live_server, width, height):
+    from conftest import log_in
+    from test_pages_at_a_glance import OVERFLOW
+
+    stocked()
+    page.set_viewport_size({"width": width, "height": height})
+    log_in(page, live_server, "/inventory/")
+    page.wait_for_selector("#inventory-recipes")
+    assert page.evaluate(OVERFLOW) == []
+    assert page.js_errors == []
