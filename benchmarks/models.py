@@ -847,6 +847,11 @@ class LevelResult(models.Model):
     def gpu(self) -> GpuSummary:
         return GpuSummary.from_dict(self.gpu_summary)
 
+    @property
+    def energy_per_token_j(self) -> float | None:
+        """catalogue energy_per_token_j: its GPUs' energy over the level per output token."""
+        return self.gpu.joules_per_token(self.stats.output_tokens)
+
     @cached_property
     def server(self) -> ServerSummary:
         return ServerSummary.from_dict(self.server_summary)

@@ -136,6 +136,7 @@ def run_detail(request, public_id: str):
         "can_manage": selectors.run_manage_allowed(run, request.user),
         "quality": selectors.quality_section(run, hide_addresses=hide),
         "definitions": selectors.run_definitions(run),
+        "energy_metric": catalogue.METRICS["energy_per_token_j"],
         "chart_list": [(name, chart.title) for name, chart in CHARTS.items()
                        if (not chart.telemetry or selectors.run_has_telemetry(run, chart.telemetry))
                        and (chart.offered is None or chart.offered(run))],

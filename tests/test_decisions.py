@@ -641,7 +641,7 @@ def test_the_measured_peak_memory_reaches_the_advisor_and_the_page(member):
     is the peak memory the evidence carries and the decision page shows beside its run."""
     host, run, fp8, q4 = h200_setup(900.0, 349.0)
     stored = LevelResult.objects.filter(run=run).first().gpu_summary
-    assert stored["version"] == 2 and stored["gpus"][0]["peak_memory_used_mib"] == 5980.0
+    assert stored["version"] == 3 and stored["gpus"][0]["peak_memory_used_mib"] == 5980.0
     measured = [e for e in selectors.evidence_from_db() if e.kind == "measured"]
     assert measured and all(e.peak_memory_gib == 5980.0 / 1024 for e in measured)
     page = member.post(reverse("decision-new"), form(host=host.pk, users=8, priority="throughput"),

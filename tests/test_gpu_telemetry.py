@@ -212,6 +212,10 @@ class FakeNVML:
     def nvmlDeviceGetPowerUsage(self, h):
         return self._dev(h, "power").power_mw
 
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        # mJ since "the driver loaded": a constant draw of power_mw over the clock's seconds
+        return int(1e9 + self._dev(h, "energy").power_mw * time.perf_counter())
+
     def nvmlDeviceGetClockInfo(self, h, clock):
         assert clock == pynvml.NVML_CLOCK_SM
         return self._dev(h, "clock").sm_clock
@@ -488,3 +492,38 @@ def test_series_are_columns_on_the_shared_clock():
     assert out.gpus["0"]["throttle"] == [["sw_power_cap"], ["sw_power_cap"]]
     assert out.gpus["1"]["throttle"] == [[], []]  # idle is not drawn
     json.dumps(out.to_dict())
+
+
+def test_a_levels_energy_is_the_counters_difference_and_the_integrated_power_agrees():
+    """Two GPUs drawing 243.5 W and 180 W: over the level each counter rose by its power times
+    the time between its readings, the power samples integrate to the same over their span, the
+    draw before the level is the idle power, and the level's figures are their sums."""
+    nv = FakeNVML([FakeGpu(), FakeGpu(power_mw=180000)])
+    sampler = GpuSampler([0, 1], interval_s=0.05, nvml=nv)
+    sampler.start()
+    time.sleep(0.5)
+    sampler.stop()
+    level = sampler.summary()
+    for g, watts in zip(level.gpus, (243.512, 180.0)):
+        assert g.energy_j == pytest.approx(watts * g.energy_s, rel=0.001, abs=0.002)
+        assert g.energy_integrated_j == pytest.approx(watts * g.sampled_s, rel=1e-9)
+        assert g.idle_power_w == watts and g.energy_s >= 0.5
+    assert level.energy_j == pytest.approx(sum(g.energy_j for g in level.gpus))
+    assert level.idle_power_w == pytest.approx(423.512)
+    assert level.joules_per_token(1000) == pytest.approx(level.energy_j / 1000)
+    assert level.idle_share == pytest.approx(1.0, rel=0.01)  # a constant draw: all of it was idle draw
+    stored = gpu.GpuSummary.from_dict(level.to_dict())
+    assert stored.energy_j == level.energy_j and stored.gpus[1].energy_integrated_j == level.gpus[1].energy_integrated_j
+
+
+def test_without_the_energy_counter_the_integrated_power_stands_in_and_old_rows_read():
+    nv = FakeNVML([FakeGpu(unsupported={"energy"})])  # a GPU before Volta has no counter
+    sampler = GpuSampler([0], interval_s=0.05, nvml=nv)
+    sampler.start()
+    time.sleep(0.3)
+    sampler.stop()
+    level = sampler.summary()
+    assert level.energy_j is None and level.idle_share is None
+    assert level.joules_per_token(100) == pytest.approx(level.energy_integrated_j / 100)
+    old = gpu.GpuSummary.from_dict({"version": 2, "status": "ok", "samples": 3, "gpus": [{"index": 0, "samples": 3}]})
+    assert old.energy_j is None and old.joules_per_token(10) is None and old.gpus[0].energy_j is None

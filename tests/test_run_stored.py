@@ -129,3 +129,27 @@ def test_the_export_carries_each_started_servers_start_up_and_memory():
     anonymous = selectors.run_export(run, hide_addresses=True)["launches"][0]["report"]
     assert anonymous["command"] is None and "/srv/models/q4.gguf" not in str(anonymous)
     assert anonymous["health_s"] == 2.5 and anonymous["memory_loaded"]["server_mib"] == 9430.0
+
+
+@pytest.mark.django_db
+def test_the_run_page_says_each_levels_gpu_energy_per_output_token(client):
+    """A level whose GPU drew 1,200 J by its counter (400 J of it the idle draw: 100 W over 4 s)
+    for its output tokens: the energy, J per token and the idle share, in the telemetry table."""
+    from benchmarks.engine.gpu import GpuStats, GpuSummary
+    from benchmarks.models import LevelResult
+
+    run = measured_run([endpoint(name="gpu-box")], levels=(1,), requests=4, tokens=8, owner=user())
+    level = LevelResult.objects.get(run=run)
+    tokens = level.stats.output_tokens
+    g = GpuStats(index=0, samples=20, max_power_w=310.0, energy_j=1200.0, energy_s=4.0, energy_integrated_j=1188.0,
+                 sampled_s=3.9, idle_power_w=100.0)
+    level.gpu_summary = GpuSummary(status="ok", samples=20, max_power_w=310.0, energy_j=1200.0, energy_s=4.0,
+                                   energy_integrated_j=1188.0, idle_power_w=100.0, gpus=[g]).to_dict()
+    level.save(update_fields=["gpu_summary"])
+    client.force_login(run.owner)
+    page = client.get(run.get_absolute_url()).content.decode()
+    cell = page[page.index('<td class="energy"'):]
+    cell = cell[:cell.index("</td>")]
+    assert f"1200.0 · {1200.0 / tokens:.3f} · 33 %" in cell, cell
+    assert "power samples integrated: 1188.0 J over 3.90 s" in cell
+    assert "Energy per token (J/token)" in page

@@ -98,6 +98,13 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("peak_memory_gib", "Peak GPU memory", "Peak GPU memory", "GiB",
            "The most device memory in use on the endpoint's GPUs while the level ran (NVML, whole "
            "device: weights, KV cache and anything else on it).", LOWER, SCALAR, 2, source="gpu"),
+    Metric("energy_per_token_j", "Energy per token", "GPU energy per output token", "J/token",
+           "The energy the endpoint's GPUs used over the level, by NVML's total-energy counter read at its "
+           "start and end (Volta and newer; else their power samples integrated), over the output tokens "
+           "of its completed requests. Idle draw included.", LOWER, SCALAR, 3, source="gpu"),
+    Metric("idle_energy_share", "Idle share of energy", "Share of the energy the GPUs would have drawn idle",
+           "%", "The GPUs' draw just before the level times the level's span, over the energy they used in it: "
+           "what serving added is the rest.", LOWER, SCALAR, 0, scale=100.0, source="gpu"),
     # Start-up (engine/launcher.py): one figure per server the lab started from a recipe, not per level.
     Metric("health_s", "Start → /health", "Start-up time to /health", "s",
            "The server's process start until its /health answered 200 (the lab started it from a recipe).",

@@ -518,6 +518,11 @@ class GpuSampler:
         self.samples: list[GpuSample] = []
         self.ecc_before: dict[int, dict] = {}  # index -> {"corrected": {...}, "uncorrected": {...}}
         self.ecc_after: dict[int, dict] = {}
+        # NVML's total-energy counter (mJ since the driver loaded; Volta and newer) at start and
+        # stop with the clock's time, and each GPU's power just before the level (its idle draw).
+        self.energy_before: dict[int, tuple[float | None, float]] = {}
+        self.energy_after: dict[int, tuple[float | None, float]] = {}
+        self.idle_power_w: dict[int, float | None] = {}
         self.read_seconds: list[float] = []  # how long each round of reads took (its cost)
         self.skipped_ticks = 0
         self.error: str | None = None
@@ -530,6 +535,14 @@ class GpuSampler:
         for index, h in self._handles:
             corrected, uncorrected = _ecc_counts(self.nv, h)
             out[index] = {"corrected": corrected, "uncorrected": uncorrected}
+        return out
+
+    def _energy(self) -> dict[int, tuple[float | None, float]]:
+        out = {}
+        for index, h in self._handles:
+            mj = _opt(self.nv.nvmlDeviceGetTotalEnergyConsumption, h) if hasattr(
+                self.nv, "nvmlDeviceGetTotalEnergyConsumption") else None
+            out[index] = (None if mj is None else float(mj), self.clock())
         return out
 
     def start(self) -> None:
@@ -545,6 +558,10 @@ class GpuSampler:
             _shutdown(self.nv)
             return
         self.ecc_before = self._ecc()
+        for index, h in self._handles:
+            power = _opt(self.nv.nvmlDeviceGetPowerUsage, h)
+            self.idle_power_w[index] = None if power is None else power / 1000.0
+        self.energy_before = self._energy()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
         self._thread.start()
@@ -578,12 +595,15 @@ class GpuSampler:
             self._stop.set()
             self._thread.join()
             self._thread = None
+            self.energy_after = self._energy()
             self.ecc_after = self._ecc()
             _shutdown(self.nv)
         return self.samples
 
     def summary(self) -> "GpuSummary":
-        return summary(self.samples, self.ecc_before, self.ecc_after, status=self.status)
+        energy = {i: Energy.between(self.energy_before.get(i), self.energy_after.get(i), self.idle_power_w.get(i))
+                  for i in self.energy_before}
+        return summary(self.samples, self.ecc_before, self.ecc_after, status=self.status, energy=energy)
 
     def series(self) -> "GpuSeries":
         return series(self.samples)
@@ -591,7 +611,32 @@ class GpuSampler:
 
 SERIES_FIELDS = ("memory_used_mib", "utilization_gpu", "utilization_memory", "temperature_c",
                  "power_w", "sm_clock_mhz")
-STORED_VERSION = 2  # of gpu_summary and gpu_series; see each reader for the older shapes
+STORED_VERSION = 3  # of gpu_summary and gpu_series (3: energy); see each reader for the older shapes
+
+
+@dataclass(frozen=True)
+class Energy:
+    """One GPU's energy over a level by NVML's total-energy counter (the difference of its two
+    readings, J, over `seconds`), and the draw it had before the level (`idle_power_w`)."""
+
+    joules: float | None = None
+    seconds: float | None = None
+    idle_power_w: float | None = None
+
+    @classmethod
+    def between(cls, before, after, idle_power_w=None) -> "Energy":
+        if not before or not after or before[0] is None or after[0] is None or after[0] < before[0]:
+            return cls(idle_power_w=idle_power_w)  # no counter (before Volta), or it was reset
+        return cls((after[0] - before[0]) / 1000.0, after[1] - before[1], idle_power_w)
+
+
+def integrated_energy_j(rows: list["GpuSample"]) -> float | None:
+    """The power samples integrated over their span (trapezoids, J): the counter's cross-check,
+    and its stand-in where a GPU has no counter."""
+    points = [(s.t, s.power_w) for s in rows if s.power_w is not None]
+    if len(points) < 2:
+        return None
+    return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(points, points[1:]))
 
 
 @dataclass(frozen=True)
@@ -673,6 +718,11 @@ class GpuStats:
     throttled_share: float | None = None
     ecc_corrected_delta: int | None = None
     ecc_uncorrected_delta: int | None = None
+    energy_j: float | None = None  # NVML's energy counter over the level
+    energy_s: float | None = None  # the time between its two readings
+    energy_integrated_j: float | None = None  # the power samples integrated over their span
+    sampled_s: float | None = None  # that span
+    idle_power_w: float | None = None  # the draw just before the level
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -700,7 +750,25 @@ class GpuSummary:
     throttled_share: float | None = None
     ecc_corrected_delta: int | None = None
     ecc_uncorrected_delta: int | None = None
+    # Summed over the GPUs (None unless every GPU sampled gave it): engine.gpu.Energy.
+    energy_j: float | None = None
+    energy_integrated_j: float | None = None
+    idle_power_w: float | None = None
+    energy_s: float | None = None
     gpus: list[GpuStats] = field(default_factory=list)
+
+    def joules_per_token(self, output_tokens: int) -> float | None:
+        """The level's GPU energy per output token (the counter's; else the integrated power's)."""
+        joules = self.energy_j if self.energy_j is not None else self.energy_integrated_j
+        return joules / output_tokens if joules is not None and output_tokens else None
+
+    @property
+    def idle_share(self) -> float | None:
+        """The share of the level's energy its GPUs would have drawn idle (their draw before it,
+        over the counter's span)."""
+        if not self.energy_j or self.idle_power_w is None or self.energy_s is None:
+            return None
+        return min(1.0, self.idle_power_w * self.energy_s / self.energy_j)
 
     def peak_memory_gib(self, indices=None) -> float | None:
         """Peak memory of these GPUs (indices), or of the only GPU sampled when none are named;
@@ -733,7 +801,7 @@ class GpuSummary:
         return summary if isinstance(summary, GpuSummary) else cls.from_dict(summary)
 
 
-def _gpu_summary(index: int, rows: list[GpuSample], ecc: dict) -> GpuStats:
+def _gpu_summary(index: int, rows: list[GpuSample], ecc: dict, energy: "Energy | None" = None) -> GpuStats:
     def values(name):
         return [v for v in (getattr(s, name) for s in rows) if v is not None]
 
@@ -761,7 +829,10 @@ def _gpu_summary(index: int, rows: list[GpuSample], ecc: dict) -> GpuStats:
         min_sm_clock_mhz=min(values("sm_clock_mhz"), default=None),
         throttle_reasons={r: c / n for r, c in sorted(seen.items())},
         throttled_share=sum(1 for s in rows if THROTTLING & set(s.throttle)) / n if n else None,
-        ecc_corrected_delta=ecc["corrected"], ecc_uncorrected_delta=ecc["uncorrected"])
+        ecc_corrected_delta=ecc["corrected"], ecc_uncorrected_delta=ecc["uncorrected"],
+        energy_j=energy.joules if energy else None, energy_s=energy.seconds if energy else None,
+        energy_integrated_j=integrated_energy_j(rows), sampled_s=(rows[-1].t - rows[0].t) if n >= 2 else None,
+        idle_power_w=energy.idle_power_w if energy else None)
 
 
 def _across(gpus: list[GpuStats], status: str = "") -> GpuSummary:
@@ -773,6 +844,10 @@ def _across(gpus: list[GpuStats], status: str = "") -> GpuSummary:
         v = [getattr(g, key) for g in gpus if getattr(g, key) is not None]
         return sum(v) if v else None
 
+    def every(key):  # a sum only where every GPU gave its part
+        v = [getattr(g, key) for g in gpus]
+        return sum(v) if v and all(x is not None for x in v) else None
+
     reasons: dict[str, float] = {}
     for g in gpus:
         for r, share in g.throttle_reasons.items():
@@ -783,11 +858,13 @@ def _across(gpus: list[GpuStats], status: str = "") -> GpuSummary:
         max_power_w=worst("max_power_w"), mean_utilization_gpu=_mean([g.mean_utilization_gpu for g in gpus]),
         min_sm_clock_mhz=worst("min_sm_clock_mhz", min), throttle_reasons=dict(sorted(reasons.items())),
         throttled_share=worst("throttled_share"), ecc_corrected_delta=total("ecc_corrected_delta"),
-        ecc_uncorrected_delta=total("ecc_uncorrected_delta"), gpus=gpus)
+        ecc_uncorrected_delta=total("ecc_uncorrected_delta"), energy_j=every("energy_j"),
+        energy_integrated_j=every("energy_integrated_j"), idle_power_w=every("idle_power_w"),
+        energy_s=worst("energy_s"), gpus=gpus)
 
 
 def summary(samples: list[GpuSample], ecc_before: dict | None = None,
-            ecc_after: dict | None = None, status: str = "ok") -> GpuSummary:
+            ecc_after: dict | None = None, status: str = "ok", energy: dict | None = None) -> GpuSummary:
     """One level's GPU figures. ECC rises come from the before/after readings when given, else
     from the first and last sample."""
     by_gpu: dict[int, list[GpuSample]] = {}
@@ -803,7 +880,7 @@ def summary(samples: list[GpuSample], ecc_before: dict | None = None,
                                 "uncorrected": {"volatile": r.ecc_uncorrected}} for r in (rows[0], rows[-1])))
         else:
             ecc = {"corrected": None, "uncorrected": None}
-        gpus.append(_gpu_summary(index, rows, ecc))
+        gpus.append(_gpu_summary(index, rows, ecc, (energy or {}).get(index)))
     return _across(gpus, status)
 
 
