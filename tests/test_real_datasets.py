@@ -90,8 +90,10 @@ def test_a_shared_prefix_hits_the_prompt_cache_and_lowers_ttft(llama_swa_full):
     miss_ms = statistics.median(r.timings["prompt_ms"] for r in fresh.results)
     print(f"median TTFT: {hit_ttft * 1000:.1f} ms with a cached 240-token prefix, {miss_ttft * 1000:.1f} ms without; "
           f"the server's prompt time {hit_ms:.1f} ms and {miss_ms:.1f} ms")
-    # The server computes 16 of 256 prompt tokens: its own prompt time falls by far more than half
-    # (its clock, not the client's: a busy 2-core machine adds the same scheduling delay to both
-    # TTFTs), and the TTFT a client sees falls with it.
-    assert hit_ms < 0.5 * miss_ms
+    # The server computes 16 of 256 prompt tokens (its own count), so its own prompt time and the
+    # TTFT a client sees fall. Not by a set factor: on a busy 2-core machine a 16-token batch waited
+    # 398 ms for its CPUs where 256 fresh tokens took 761 ms (a CI run's other test process).
+    assert all(r.timings["prompt_n"] <= 16 for r in shared.results[1:]), [r.timings for r in shared.results[1:]]
+    assert all(r.timings["prompt_n"] == 256 for r in fresh.results)
+    assert hit_ms < miss_ms
     assert hit_ttft < miss_ttft
