@@ -811,6 +811,11 @@ def server_env(spec: ServerSpec, user: pwd.struct_passwd | None = None) -> dict:
     return env
 
 
+def as_user(user: pwd.struct_passwd | None) -> dict:
+    """subprocess.Popen's arguments that start a process as `user` (none: the worker's own)."""
+    return dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user is not None else {}
+
+
 def launch(spec: ServerSpec, allowlist: Allowlist, state_dir, port: int | None = None, label: str = "",
            owner: dict | None = None) -> Server:
     """Start `spec` (refused with the reason when this host does not allow it, judged on the
@@ -830,12 +835,11 @@ def launch(spec: ServerSpec, allowlist: Allowlist, state_dir, port: int | None =
     if user is not None:
         os.chown(cwd, user.pw_uid, user.pw_gid)
     argv = spec.argv(port)
-    as_user = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[]) if user is not None else {}
     with open(log_path, "wb") as log:
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=server_env(spec, user), cwd=str(cwd), start_new_session=True, close_fds=True,
-                                **as_user)
+                                **as_user(user))
     record = record_dir(state_dir) / f"{proc.pid}.json"
     server = Server(spec, proc, port, log_path, record, t0)
     me = os.getpid()

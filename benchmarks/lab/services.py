@@ -220,18 +220,14 @@ def quality_folder(run: Run) -> Path:
 
 def tool_scores(*, tool: str, recipe: ServerRecipe, text_path: Path, n_ctx: int, chunks: int, base: str = "",
                 compare: bool = False, should_stop: Callable[[], bool]) -> llama_perplexity.ToolScores:
-    """llama-perplexity on `recipe`'s file, as servers are started: the worker's INHERITED_ENV only,
-    as the LAB_RUN_AS user where there is one. Raises ToolError with the reason."""
+    """llama-perplexity on `recipe`'s file as its server is started: the environment and user the
+    launcher gives a server (launcher.server_env, LAB_RUN_AS). Raises ToolError with the reason."""
     allows = allowlist()
     user = pwd.getpwnam(allows.run_as) if allows.run_as else None
-    env = {k: os.environ[k] for k in launcher.INHERITED_ENV if k in os.environ}
-    as_user = {}
     if user is not None:
-        env.update(HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name)
-        as_user = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[])
         for path in (text_path.parent, text_path):
             os.chown(path, user.pw_uid, user.pw_gid)
     argv = llama_perplexity.command(tool, recipe.model_path, str(text_path), n_ctx, chunks, base=base,
                                     compare=compare)
-    return llama_perplexity.run(argv, timeout_s=settings.LAB_START_TIMEOUT_S, should_stop=should_stop, env=env,
-                                **as_user)
+    return llama_perplexity.run(argv, timeout_s=settings.LAB_START_TIMEOUT_S, should_stop=should_stop,
+                                env=launcher.server_env(recipe.spec({}), user), **launcher.as_user(user))
