@@ -228,6 +228,17 @@ class TreeCPU:
 
         return {pid: at(p, t1) - at(p, t0) for pid, p in self.series.items()}
 
+    def ran(self, t0: float, t1: float) -> list[int]:
+        """The processes whose CPU counter advanced between the samples around t0..t1. Not read
+        from per_process: a short span's interpolated share of one clock tick can be far below
+        a tick though the process did run in it."""
+        def around(points: list[tuple[float, float]]) -> float:
+            before = [c for t, c in points if t <= t0] or [points[0][1]]
+            after = [c for t, c in points if t >= t1] or [points[-1][1]]
+            return after[0] - before[-1]
+
+        return [pid for pid, p in self.series.items() if around(p) > 0]
+
 
 # ----------------------------------------------------------------------------- venvs
 def venv_bin(tool: str) -> Path:
@@ -682,8 +693,8 @@ def measure(label: str, tool: str, setting: int, streams: int, n: int, args, tok
         t0, t1 = errors.span
         used = samplers[0].per_process(t0, t1)
         cpu = sum(used.values())
-        # Processes that ran in the span (a clock tick of CPU or more), not idle helpers.
-        busy = sum(1 for x in used.values() if x >= 0.01)
+        # Processes that ran in the span, not idle helpers.
+        busy = len(samplers[0].ran(t0, t1))
         info.update(measured_span_s=t1 - t0, measured_cpu_s=cpu, client_processes_busy=busy,
                     chunks_per_s=errors.chunks / (t1 - t0) if t1 > t0 else None,
                     cpu_us_per_chunk=cpu / errors.chunks * 1e6 if errors.chunks else None)

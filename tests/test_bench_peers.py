@@ -60,3 +60,12 @@ def test_tree_cpu_counts_a_busy_grandchild_and_only_inside_the_span():
     assert 0.45 <= sum(used.values()) <= 1.2
     # The last second was sleep: nothing counted there.
     assert sum(sampler.per_process(ended - 1.0, ended).values()) < 0.1
+
+
+def test_a_process_that_ran_in_a_short_span_is_counted_busy_though_its_share_is_under_a_tick():
+    # Samples 0.2 s apart; the span is 20 ms inside them. Process 1 used one tick (10 ms) between
+    # the samples, process 2 none: interpolation gives process 1 1 ms, yet it ran.
+    sampler = object.__new__(bench.TreeCPU)
+    sampler.series = {1: [(0.0, 0.5), (0.2, 0.51)], 2: [(0.0, 0.3), (0.2, 0.3)]}
+    assert sampler.per_process(0.09, 0.11)[1] < 0.01
+    assert sampler.ran(0.09, 0.11) == [1]
