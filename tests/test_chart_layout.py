@@ -43,7 +43,7 @@ def lab_sweep(settings, tmp_path) -> Run:
     """Two recipes, each swept over --parallel 1, 4, 8, at concurrency 1 and 4: measured in this
     process by the worker's own code, the servers started and stopped by the lab."""
     settings.WORKER_HOST, settings.LAB_EXECUTABLES = HOST, sys.executable
-    settings.LAB_MODEL_DIRS, settings.LAB_STATE_DIR, settings.LAB_PORTS = str(tmp_path), tmp_path, "18440-18459"
+    settings.LAB_MODEL_DIRS, settings.LAB_STATE_DIR, settings.LAB_PORTS = str(tmp_path), tmp_path, "18480-18499"
     host, _ = Host.objects.get_or_create(name=HOST)
     recipes = []
     for name, decode_ms in (("llama-q4", 3), ("llama-q8", 5)):

@@ -348,6 +348,26 @@ def test_a_server_that_exits_at_start_is_a_failure_with_its_log(tmp_path):
     assert server is None and report.cause.code == "missing_file"
 
 
+def test_a_port_given_to_a_server_still_loading_is_not_given_again_on_this_machine(tmp_path):
+    """vLLM binds its port only once its model is loaded: until then a bind test finds it free."""
+    allow = Allowlist.from_settings(sys.executable, str(tmp_path), "18470-18474")
+    loading = ServerSpec(sys.executable, str(tmp_path), ("-c", "import time; time.sleep(60)", "{port}"))
+    first = launcher.launch(loading, allow, tmp_path)
+    # Another worker of this machine, in a process of its own, asks meanwhile; then this one again.
+    other = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from benchmarks.engine import launcher; "
+             f"print(launcher.Allowlist.from_settings({sys.executable!r}, {str(tmp_path)!r}, "
+             f"'18470-18474').lease_port().port)")
+    asked = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, timeout=60)
+    assert asked.returncode == 0, asked.stderr
+    second = launcher.launch(loading, allow, tmp_path)
+    assert int(asked.stdout) != first.port and second.port != first.port
+    first.stop(5)
+    again = allow.lease_port()  # stopped, its port is free again
+    assert again.port == first.port
+    again.release()
+    second.stop(5)
+
+
 def test_servers_left_by_a_dead_worker_are_stopped_and_a_live_workers_are_not(tmp_path):
     """An 'owner' process starts a server through the launcher and dies without stopping it."""
     owner = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from benchmarks.engine import launcher; "

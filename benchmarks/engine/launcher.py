@@ -36,7 +36,9 @@ import re
 import shlex
 import signal
 import socket
+import fcntl
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -54,6 +56,8 @@ _PLACEHOLDER = re.compile(r"\{(port|model|host)\}")
 # Never set by a recipe, whatever the host allows: they change what code a started process loads or runs.
 REFUSED_ENV = re.compile(r"^(LD_.*|DYLD_.*|PYTHON.*|PERL5.*|RUBY.*|NODE_OPTIONS|BASH_ENV|ENV|PATH|IFS)$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# One folder per machine, whatever each worker's state folder: every worker on it leases ports here.
+PORT_LEASES = Path(tempfile.gettempdir()) / "lab-port-leases"
 # The whole environment of a started server, besides what its recipe sets (from the backend's
 # and the host's allowlist) and its GPU list: taken from the worker's, nothing else, for the
 # worker holds database and broker credentials a server has no business seeing. What is kept
@@ -458,17 +462,51 @@ class Allowlist:
                     f"(LAB_GPUS: {', '.join(map(str, self.gpus))})")
         return ""
 
-    def free_port(self, host: str = "127.0.0.1") -> int:
-        """The first port of this worker's range nothing listens on."""
+    def lease_port(self, host: str = "127.0.0.1") -> "PortLease":
+        """The first port of this worker's range that no other worker on this machine holds and
+        nothing listens on, held until the lease is released. Without the lease two workers would
+        pick the same port while a server loads: vLLM binds its port only once its model is in."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         for port in range(self.ports[0], self.ports[1] + 1):
+            lease = PortLease.take(port)
+            if lease is None:
+                continue
             with socket.socket(family, socket.SOCK_STREAM) as s:
                 try:
                     s.bind((host, port))
                 except OSError:
+                    lease.release()
                     continue
-                return port
+            return lease
         raise Refused(f"every port of this worker's range {self.ports[0]}-{self.ports[1]} is in use (LAB_PORTS)")
+
+
+class PortLease:
+    """A port held by this process: an exclusive lock on a file named after it under PORT_LEASES.
+    The lock ends with the process that holds it, so a killed worker leaves no stale lease (its
+    orphaned server still holds the port itself until the next worker stops it)."""
+
+    def __init__(self, port: int, fd: int):
+        self.port, self._fd = port, fd
+
+    @classmethod
+    def take(cls, port: int) -> "PortLease | None":
+        PORT_LEASES.mkdir(mode=0o1777, exist_ok=True)
+        try:
+            fd = os.open(PORT_LEASES / str(port), os.O_RDONLY | os.O_CREAT, 0o444)
+        except OSError:
+            return None  # a lease file another user made and we cannot read: theirs
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return cls(port, fd)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 # ---------------------------------------------------------------------------------- processes
@@ -769,8 +807,9 @@ class Server:
     """A server this worker started: its process group, port and log."""
 
     def __init__(self, spec: ServerSpec, proc: subprocess.Popen, port: int, log_path: Path, record: Path,
-                 t0: float):
+                 t0: float, lease: PortLease | None = None):
         self.spec, self.proc, self.port, self.log_path, self.record, self.t0 = spec, proc, port, log_path, record, t0
+        self.lease = lease
         self.pid = self.pgid = proc.pid
         self.start_ticks = process_start(proc.pid)
         self.base_url = spec.base_url(port)
@@ -797,6 +836,8 @@ class Server:
             how = _stop_group(self.pgid, grace_s, gone)
         self.proc.wait()
         self.record.unlink(missing_ok=True)
+        if self.lease is not None:
+            self.lease.release()
         self.stopped_how = how
         return how
 
@@ -822,26 +863,32 @@ def launch(spec: ServerSpec, allowlist: Allowlist, state_dir, port: int | None =
     port it gets): its own process group, as the LAB_RUN_AS user when there is one, in a folder
     of its own under `state_dir`, its output to a log there, a record of it beside. Raises
     Refused, or OSError when the executable cannot be run at all."""
-    port = port or allowlist.free_port(spec.connect_host)
-    problem = allowlist.refusal(spec, port)
-    if problem:
-        raise Refused(problem)
-    logs = Path(state_dir) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"server-{port}-{int(time.time())}.log"
-    user = pwd.getpwnam(allowlist.run_as) if allowlist.run_as else None
-    cwd = Path(state_dir) / SERVER_CWD
-    cwd.mkdir(exist_ok=True)
-    if user is not None:
-        os.chown(cwd, user.pw_uid, user.pw_gid)
-    argv = spec.argv(port)
-    with open(log_path, "wb") as log:
-        t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=server_env(spec, user), cwd=str(cwd), start_new_session=True, close_fds=True,
-                                **as_user(user))
+    lease = None if port else allowlist.lease_port(spec.connect_host)
+    try:
+        port = port or lease.port
+        problem = allowlist.refusal(spec, port)
+        if problem:
+            raise Refused(problem)
+        logs = Path(state_dir) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / f"server-{port}-{int(time.time())}.log"
+        user = pwd.getpwnam(allowlist.run_as) if allowlist.run_as else None
+        cwd = Path(state_dir) / SERVER_CWD
+        cwd.mkdir(exist_ok=True)
+        if user is not None:
+            os.chown(cwd, user.pw_uid, user.pw_gid)
+        argv = spec.argv(port)
+        with open(log_path, "wb") as log:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=server_env(spec, user), cwd=str(cwd), start_new_session=True,
+                                    close_fds=True, **as_user(user))
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
     record = record_dir(state_dir) / f"{proc.pid}.json"
-    server = Server(spec, proc, port, log_path, record, t0)
+    server = Server(spec, proc, port, log_path, record, t0, lease)
     me = os.getpid()
     _write_json(record, {"pid": proc.pid, "pgid": proc.pid, "start": server.start_ticks, "port": port,
                          "argv": argv, "label": label or spec.label, "log": str(log_path),
