@@ -34,7 +34,7 @@ class GpuInline(admin.TabularInline):
 @admin.register(Host)
 class HostAdmin(InventoryAdmin):
     list_display = ("name", "hostname", "queue_name", "gpu_summary", "driver_version", "cuda_version",
-                    "interconnect", "probe_status", "probed_at")
+                    "interconnect", "price", "probe_status", "probed_at")
     list_filter = ("interconnect", "driver_version")
     search_fields = ("name", "hostname", "gpus__name", "notes")
     readonly_fields = ("probe_status", "probed_at", "topology_matrix")
@@ -51,6 +51,10 @@ class HostAdmin(InventoryAdmin):
     def topology_matrix(self, host):
         """The probe's topology as `nvidia-smi topo -m` lays it out, with its legend."""
         return render_to_string("admin/benchmarks/topology.html", {"topology": host.topology_figures})
+
+    @admin.display(description="Price")
+    def price(self, host):
+        return host.hourly_price.said() if host.hourly_price else "—"
 
     @admin.display(description="GPUs")
     def gpu_summary(self, host):

@@ -5,7 +5,7 @@ from functools import cached_property
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
@@ -18,6 +18,7 @@ from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Finding, Load, Target, Workload
 from benchmarks.engine.arrivals import ArrivalPattern
 from benchmarks.engine.client_figures import ClientFigures
+from benchmarks.engine.cost import OWNED, OWNERSHIP, HourlyPrice
 from benchmarks.engine.datasets import Dataset
 from benchmarks.engine.gpu import GpuSummary, Topology
 from benchmarks.engine.host_check import HostCheck
@@ -131,10 +132,36 @@ class Host(models.Model):
     # used to pre-fill recipes. The worker's own settings decide what it starts, never these.
     lab_executables = models.JSONField(default=list, blank=True, editable=False)
     lab_model_dirs = models.JSONField(default=list, blank=True, editable=False)
+    # What an hour of this host costs (engine/cost.py): read as `hourly_price`.
+    price_ownership = models.CharField("ownership", max_length=10, blank=True, choices=[("", "no price"), *OWNERSHIP],
+                                       help_text="Owned: amortisation per hour plus electricity for the energy "
+                                                 "measured. Rented: the provider's hourly rate, all included.")
+    price_per_hour = models.FloatField("price per hour", null=True, blank=True, validators=[MinValueValidator(0)],
+                                       help_text="Owned: the cards' amortisation per hour (purchase over the hours "
+                                                 "you expect to run them). Rented: the provider's rate for this host.")
+    price_per_kwh = models.FloatField("electricity per kWh", null=True, blank=True,
+                                      validators=[MinValueValidator(0)], help_text="Owned hosts only.")
+    price_currency = models.CharField("currency", max_length=3, default="USD",
+                                      validators=[RegexValidator(r"^[A-Z]{3}$", "a three-letter code such as USD")])
     created = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["name"]
+
+    def clean(self):
+        errors = {}
+        if self.price_ownership and self.price_per_hour is None:
+            errors["price_per_hour"] = "give the price per hour (0 for none) or choose no price"
+        if self.price_per_kwh is not None and self.price_ownership != OWNED:
+            errors["price_per_kwh"] = "electricity is priced for owned hosts; a rented host's rate includes it"
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def hourly_price(self) -> HourlyPrice | None:
+        if not self.price_ownership or self.price_per_hour is None:
+            return None
+        return HourlyPrice(self.price_ownership, self.price_per_hour, self.price_currency, self.price_per_kwh)
 
     def __str__(self):
         return self.name

@@ -617,7 +617,8 @@ def level_point(level: LevelResult, trials: list[LevelResult] | None = None) -> 
     return Point.measured(summaries, label=level.load_label, id=level.public_id,
                           concurrency=level.concurrency if level.rate is None else None, rate=level.rate,
                           flags=list(dict.fromkeys(f["code"] for lv in (trials or [level]) for f in lv.flags)),
-                          gpu=level.gpu, gpu_indices=endpoint_gpus)
+                          gpu=level.gpu, gpu_indices=endpoint_gpus,
+                          trial_gpus=[lv.gpu for lv in trials] if trials else None)
 
 
 def endpoint_label(e: Endpoint) -> str:

@@ -10,7 +10,7 @@ from benchmarks.advisor import Evidence
 from benchmarks.compare import fingerprint, ratio_sentences, sentence
 from benchmarks.engine import catalogue
 from benchmarks.engine.catalogue import (COMPARED, DISTRIBUTION, HIGHER, LOWER, METRICS, POINT_FIGURES,
-                                         RESULTS_TABLE, SCALAR, Figure, figure)
+                                         RESULTS_TABLE, SCALAR, Figure, figure, shown)
 from benchmarks.engine.metrics import PER_REQUEST, RequestResult, summarize_level
 from benchmarks.engine.points import Point
 from benchmarks.importers.model import FIGURE_FIELDS, ImportedLevel
@@ -41,7 +41,7 @@ def test_every_entry_says_its_label_unit_definition_direction_and_summary(key):
     assert m.key == key and m.label and m.name and len(m.definition) > 20
     assert m.unit or m.source == "quality"  # only a quality figure may be a pure number
     assert m.better in (HIGHER, LOWER) and m.summary in (DISTRIBUTION, SCALAR)
-    assert m.needs in ("", "chat", "slo", "schedule") and m.source in ("requests", "gpu", "quality", "launch")
+    assert m.needs in ("", "chat", "slo", "schedule") and m.source in ("requests", "gpu", "quality", "launch", "cost")
     # A distribution is read at its statistics, a scalar as itself.
     assert Figure(key, "p50" if m.summary == DISTRIBUTION else None).metric is m
     with pytest.raises(ValueError):
@@ -98,7 +98,8 @@ def test_a_comparison_sentence_names_the_winner_the_catalogue_s_way(f):
     [s] = ratio_sentences([small, big])
     winner = "Small" if f.metric.better == LOWER else "Big"
     assert s["text"].startswith(winner) and "2.50×" in s["text"] and s["metric"] == f.name
-    assert s["text"].endswith(f"(25.0 vs 10.0 {f.quoted}).") or s["text"].endswith(f"(10.0 vs 25.0 {f.quoted}).")
+    big, small = shown(f, 25.0), shown(f, 10.0)  # at the catalogue's decimals
+    assert s["text"].endswith(f"({big} vs {small} {f.quoted}).") or s["text"].endswith(f"({small} vs {big} {f.quoted}).")
 
 
 def test_a_lower_is_better_metric_says_sooner_or_lower():

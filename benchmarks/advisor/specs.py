@@ -97,6 +97,7 @@ class Evidence:
     decode_tok_s_p50: float | None = None  # per stream
     aggregate_tok_s: float | None = None
     peak_memory_gib: float | None = None
+    energy_per_token_j: float | None = None  # measured (NVML) or stated by an imported report
     note: str = ""
     # What was measured, so a figure is never carried to another setup: the model (its name as
     # the inventory or the publication gives it), the weights' size, the engine's version and

@@ -37,7 +37,8 @@ class Metric:
     # a quality figure's: its difference from the winner's, "2.1 %", or in points for a share)
     quoted: str = ""  # how a sentence quotes a value: "56.0 tok/s per stream"
     needs: str = ""  # the run page shows it only for runs with this: "chat" (reasoning), "slo" or "schedule" (rate mode)
-    source: str = "requests"  # computed from: "requests" (the client), "gpu" (NVML), "quality" or "launch"
+    source: str = "requests"  # computed from: "requests" (the client), "gpu" (NVML), "quality", "launch" or
+    # "cost" (a level's wall time and energy at its host's stated price, engine/cost.py)
     # ("launch": a server the lab started from a recipe, engine/launcher.py's LaunchReport)
 
     @property
@@ -101,10 +102,20 @@ METRICS: dict[str, Metric] = {m.key: m for m in (
     Metric("energy_per_token_j", "Energy per token", "GPU energy per output token", "J/token",
            "The energy the endpoint's GPUs used over the level, by NVML's total-energy counter read at its "
            "start and end (Volta and newer; else their power samples integrated), over the output tokens "
-           "of its completed requests. Idle draw included.", LOWER, SCALAR, 3, source="gpu"),
+           "of its completed requests. Idle draw included.", LOWER, SCALAR, 3, source="gpu",
+           phrase="{winner} spends {ratio} less GPU energy per output token than {loser}", quoted="J/token"),
     Metric("idle_energy_share", "Idle share of energy", "Share of the energy the GPUs would have drawn idle",
            "%", "The GPUs' draw just before the level times the level's span, over the energy they used in it: "
            "what serving added is the rest.", LOWER, SCALAR, 0, scale=100.0, source="gpu"),
+    Metric("tokens_per_joule", "Tokens per joule", "Output tokens per joule of GPU energy", "tok/J",
+           "The inverse of energy per token: output tokens of the level's completed requests over the energy "
+           "its GPUs used in it.", HIGHER, SCALAR, 2, source="gpu",
+           phrase="{winner} serves {ratio} the tokens per joule of {loser}"),
+    Metric("cost_per_mtok", "Cost per M tokens", "Cost per million output tokens", "per M tok",
+           "At the host's stated price (engine/cost.py): rented, its hourly rate times the level's wall time; "
+           "owned, the cards' amortisation per hour times the wall time plus the GPUs' energy (as above) at "
+           "its electricity price; over the level's output tokens, times a million. In the host's currency.",
+           LOWER, SCALAR, 2, source="cost"),
     # Start-up (engine/launcher.py): one figure per server the lab started from a recipe, not per level.
     Metric("health_s", "Start → /health", "Start-up time to /health", "s",
            "The server's process start until its /health answered 200 (the lab started it from a recipe).",
@@ -247,10 +258,11 @@ HEADLINE = (Figure("aggregate_tok_s"), Figure("decode_tok_s", "p50"), Figure("tt
 # A comparison or advisor point: one load level's headline figures (engine.points.Point).
 POINT_FIGURES = (Figure("ttft_ms", "p50"), Figure("ttft_ms", "p90"), Figure("ttft_ms", "p99"),
                  Figure("tpot_ms", "p50"), Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"),
-                 Figure("peak_memory_gib"))
+                 Figure("peak_memory_gib"), Figure("energy_per_token_j"), Figure("tokens_per_joule"))
 # What the comparison page's table shows of each point, and what its sentences compare.
-COMPARISON_TABLE = POINT_FIGURES[:6]
-COMPARED = (Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("ttft_ms", "p50"))
+COMPARISON_TABLE = POINT_FIGURES[:6] + (Figure("energy_per_token_j"),)
+COMPARED = (Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("ttft_ms", "p50"),
+            Figure("energy_per_token_j"))
 # The throughput chart: the left axis (solid lines) and the right one (dotted).
 THROUGHPUT_CHART = (Figure("aggregate_tok_s"), Figure("decode_tok_s", "p50"))
 # The run page's sweep table (servers started from recipes): per setting and load level; and the
@@ -261,7 +273,8 @@ SWEEP_BEST, SWEEP_BEST_SLO = Figure("aggregate_tok_s"), Figure("goodput")
 DISTRIBUTION_CHARTS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 # What the advisor reads of each evidence row (advisor.specs.Evidence has one field per name).
 ADVISOR_FIGURES = (Figure("ttft_ms", "p50"), Figure("ttft_ms", "p90"), Figure("tpot_ms", "p50"),
-                   Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("peak_memory_gib"))
+                   Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("peak_memory_gib"),
+                   Figure("energy_per_token_j"))
 # The requests CSV: each request's value of these per-request metrics, after its stored fields.
 REQUEST_CSV = ("ttft_ms", "tpot_ms", "e2e_ms", "ttft_from_schedule_ms", "e2e_from_schedule_ms", "server_decode_tok_s")
 # A comparison's start-up table (series served by servers the lab started) and the decision page's
@@ -275,7 +288,7 @@ QUALITY_COMPARED = (Figure("perplexity"), Figure("kl_mean"), Figure("same_top_sh
 # A workload's history page (one chart each, over time) and what each new run is tested on for a
 # regression against its comparable runs (engine/regression.py).
 HISTORY_FIGURES = (Figure("aggregate_tok_s"), Figure("decode_tok_s", "p50"), Figure("ttft_ms", "p50"),
-                   Figure("tpot_ms", "p50"))
+                   Figure("tpot_ms", "p50"), Figure("energy_per_token_j"))
 
 
 

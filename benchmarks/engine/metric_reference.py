@@ -16,6 +16,8 @@ GROUPS = {
     "requests": ("Measured from the requests",
                  "Computed by the client from each level's requests (`engine/metrics.py`)."),
     "gpu": ("Read from the GPUs", "Read from NVML while the level ran."),
+    "cost": ("Cost at the host's price",
+             "A level's wall time and GPU energy at the hourly price staff state for its host (`engine/cost.py`)."),
     "launch": ("Start-up of a server the lab started",
                "One figure per server the lab started from a recipe (`engine/launcher.py`), not per level."),
     "quality": ("Quality through the endpoint",

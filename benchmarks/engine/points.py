@@ -53,13 +53,19 @@ class Point:
     @classmethod
     def measured(cls, summary: LevelSummary | Sequence[LevelSummary], *, label: str, concurrency: int | None,
                  rate: float | None, id: str | None = None, flags=(), gpu: GpuSummary | None = None,
-                 gpu_indices=None) -> "Point":
+                 gpu_indices=None, trial_gpus: Sequence[GpuSummary] | None = None) -> "Point":
         """A level measured here: its figures from its stored summary (or its trials' summaries:
         each figure their mean, each trial's value in `samples`), peak memory from its GPU
-        telemetry (the endpoint's own GPUs, `gpu_indices`, when known)."""
+        telemetry (the endpoint's own GPUs, `gpu_indices`, when known), energy per token from each
+        trial's GPU telemetry (`trial_gpus`, beside the summaries; `gpu` alone for one trial)."""
         summaries = [summary] if isinstance(summary, LevelSummary) else list(summary)
         per_trial = {f.name: [v for s in summaries if (v := s.figure(f)) is not None]
                      for f in POINT_FIGURES if f.metric.source == "requests"}
+        gpus = list(trial_gpus) if trial_gpus is not None else [gpu] * (len(summaries) == 1)
+        energy = [v for s, g in zip(summaries, gpus) if g is not None
+                  and (v := g.joules_per_token(s.output_tokens)) is not None]
+        per_trial["energy_per_token_j"] = energy
+        per_trial["tokens_per_joule"] = [1.0 / v for v in energy if v > 0]
         figures = {name: (statistics.fmean(values) if values else None) for name, values in per_trial.items()}
         figures["peak_memory_gib"] = gpu.peak_memory_gib(gpu_indices) if gpu is not None else None
         samples = {name: tuple(values) for name, values in per_trial.items()} if len(summaries) > 1 else {}
