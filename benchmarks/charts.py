@@ -15,6 +15,7 @@ from benchmarks.engine.catalogue import (
     SERVER_CHART,
     SWEEP_TABLE,
     THROUGHPUT_CHART,
+    ENERGY_CHART,
     Metric,
 )
 
@@ -92,9 +93,22 @@ def throughput_figure(series: list[dict]) -> dict:
     every level is at one load (e.g. llama-bench's pp and tg tests, all at concurrency 1), there
     is no axis of load to draw: bars per series and level instead. A series' "levels" are
     engine.points.Point."""
+    return load_figure(series, THROUGHPUT_CHART, "Throughput")
+
+
+def energy_figure(series: list[dict]) -> dict | None:
+    """Output tokens per joule of GPU energy against the load level (catalogue ENERGY_CHART), as
+    the throughput chart draws its figures; None when no level's energy was measured."""
+    if not any(p.get(f) is not None for f in ENERGY_CHART for s in series for p in s["levels"]):
+        return None
+    return load_figure(series, ENERGY_CHART, "Energy efficiency")
+
+
+def load_figure(series: list[dict], figures, title: str) -> dict:
+    """`figures` against the load level, a panel each (see throughput_figure)."""
     # A panel only for a figure some series has: llama-bench's tg tests state no aggregate.
-    panels = [f for f in THROUGHPUT_CHART if any(p.get(f) is not None for s in series for p in s["levels"])]
-    panels = panels or list(THROUGHPUT_CHART[:1])
+    panels = [f for f in figures if any(p.get(f) is not None for s in series for p in s["levels"])]
+    panels = panels or list(figures[:1])
     rate_mode = any(p.rate is not None for s in series for p in s["levels"])
     xtitle = "request rate (req/s)" if rate_mode else "concurrent requests"
     axis_title = xtitle if rate_mode else "concurrency (requests in flight)"
@@ -113,7 +127,7 @@ def throughput_figure(series: list[dict]) -> dict:
             trace = {"name": name, "legendgroup": name, "showlegend": k == 1, "x": xs,
                      "y": [p.get(f) for p in levels], "xaxis": "x" if k == 1 else f"x{k}",
                      "yaxis": "y" if k == 1 else f"y{k}",
-                     "hovertemplate": f"{name}<br>%{{x}}: %{{y:.1f}} {f.metric.unit}<extra></extra>"}
+                     "hovertemplate": f"{name}<br>%{{x}}: %{{y:.{f.metric.digits}f}} {f.metric.unit}<extra></extra>"}
             if one_load:
                 trace.update(type="bar", marker={"color": colour})
             else:
@@ -122,7 +136,7 @@ def throughput_figure(series: list[dict]) -> dict:
             data.append(trace)
         for x, p in zip(xs, levels):
             rows.append([s["label"], s.get("kind", "measured"), x_of(p), p.label, *(_r(p.get(f), 2) for f in panels)])
-    layout = {"title": {"text": "Throughput vs load" if not one_load else "Throughput at one load"},
+    layout = {"title": {"text": f"{title} vs load" if not one_load else f"{title} at one load"},
               "grid": {"rows": len(panels), "columns": 1, "pattern": "independent", "roworder": "top to bottom",
                        "ygap": 0.25},
               "margin": {"l": 70}}

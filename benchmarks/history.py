@@ -79,10 +79,10 @@ def regression_report(run: Run) -> RegressionReport:
         test = LevelTest(endpoint=level.endpoint.name, level_index=level.level_index, load=level.load_label,
                          fingerprint=level.fingerprint, runs=[h.run.public_id for h in history])
         for f in HISTORY_FIGURES:
-            value = level.stats.figure(f)
+            value = level.figure(f)
             if value is None:
                 continue
-            test.figures.append(compare_figure(f.name, value, [h.stats.figure(f) for h in history], limits))
+            test.figures.append(compare_figure(f.name, value, [h.figure(f) for h in history], limits))
         report.levels.append(test)
     return report
 
@@ -133,8 +133,8 @@ def history_points(fingerprint: str, *, blank=lambda text: text, hide_flags: boo
                    and t.level_index == lv.level_index for f in t.regressions}
         points.append({"run": lv.run, "level": lv, "endpoint": lv.endpoint.name, "load": lv.load_label,
                        "level_index": lv.level_index, "created": lv.run.created,
-                       "figures": {f.name: lv.stats.figure(f) for f in HISTORY_FIGURES},
-                       "cells": [_cell(f, lv.stats.figure(f)) for f in HISTORY_FIGURES],
+                       "figures": {f.name: lv.figure(f) for f in HISTORY_FIGURES},
+                       "cells": [_cell(f, lv.figure(f)) for f in HISTORY_FIGURES],
                        "version": blank(engine_version(config)),
                        "flags": HIDDEN_FLAGS if hide_flags else blank(launch_flags(config)),
                        "regressed": flagged})

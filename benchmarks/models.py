@@ -879,6 +879,32 @@ class LevelResult(models.Model):
         """catalogue energy_per_token_j: its GPUs' energy over the level per output token."""
         return self.gpu.joules_per_token(self.stats.output_tokens)
 
+    @property
+    def tokens_per_joule(self) -> float | None:
+        """catalogue tokens_per_joule."""
+        joules = self.energy_per_token_j
+        return 1.0 / joules if joules else None
+
+    @property
+    def cost_per_mtok(self) -> float | None:
+        """catalogue cost_per_mtok, at its endpoint's host's stated price (None: no price, or an
+        owned host's electricity priced and the energy not measured)."""
+        price = self.endpoint.host.hourly_price
+        return price.per_million_tokens(self.stats.wall_s, self.gpu.joules, self.stats.output_tokens) if price else None
+
+    def figure(self, f) -> float | None:
+        """A catalogue figure (catalogue.Figure) of this level: from its summary, or from its GPUs'
+        energy and its host's price."""
+        if f.metric.source in ("gpu", "cost") and f.key != "peak_memory_gib":
+            return getattr(self, f.key)
+        return self.stats.figure(f)
+
+    def energy_and_cost(self) -> dict:
+        """Its energy and cost figures as the export and the API give them."""
+        price = self.endpoint.host.hourly_price
+        return {"energy_per_token_j": self.energy_per_token_j, "tokens_per_joule": self.tokens_per_joule,
+                "cost_per_mtok": self.cost_per_mtok, "price": price.to_dict() if price else None}
+
     @cached_property
     def server(self) -> ServerSummary:
         return ServerSummary.from_dict(self.server_summary)

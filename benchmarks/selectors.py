@@ -176,6 +176,11 @@ def run_levels(run: Run) -> list[LevelResult]:
                 .defer("gpu_series", "server_series"))
 
 
+def run_has_energy(run: Run) -> bool:
+    """Whether any level's GPU energy was measured (its page offers the energy chart)."""
+    return any(lv.gpu.joules_per_token(1) is not None for lv in run.levels.only("id", "gpu_summary"))
+
+
 def _shows(metric, run: Run) -> bool:
     return {"": True, "chat": run.api == "chat", "slo": bool(run.slo), "schedule": run.load.sends_at_rates}[metric.needs]
 
@@ -666,7 +671,7 @@ def history_noise(level: LevelResult, figures=COMPARED) -> dict:
     earlier = comparable_levels(level, settings.REGRESSION_WINDOW, same_endpoint=True)
     floor = settings.REGRESSION_NOISE_FLOOR_PCT
     return {f.name: noise for f in figures
-            if (noise := Noise.of_history([lv.stats.figure(f) for lv in earlier], floor)) is not None}
+            if (noise := Noise.of_history([lv.figure(f) for lv in earlier], floor)) is not None}
 
 
 def report_series(report) -> dict:
@@ -836,9 +841,10 @@ def _stored(level: LevelResult, field: str) -> dict:
 
 
 # ---------------------------------------------------------------- export
-# 5: the lab's launches (start-up, memory, how each server ended); 4: trials (a level's "trial")
+# 6: each level's energy per token, tokens per joule and cost per million tokens at its host's
+# stated price (`energy_and_cost`); 5: the lab's launches (start-up, memory, how each server ended); 4: trials (a level's "trial")
 # and SLO searches; 3: the quality step; 2: endpoints keyed by name, levels by public id (1: ids)
-EXPORT_VERSION = 5
+EXPORT_VERSION = 6
 REQUEST_FIELDS = ("index", "sent", "scheduled", "conversation", "turn", "first_content", "first_answer", "end", "prompt_tokens",
                   "output_tokens", "client_output_tokens", "finish_reason", "status_code", "error", "error_kind")
 
@@ -892,6 +898,7 @@ def run_export(run: Run, *, hide_addresses: bool = False, with_requests: bool = 
                     "concurrency": lv.concurrency, "rate": lv.rate, "started_at": lv.started_at.isoformat(),
                     "wall_s": lv.wall_s, "flags": lv.flags,
                     **{field: _stored(lv, field) for field in STORED_SHAPES},
+                    "energy_and_cost": lv.energy_and_cost(),
                     **({"requests": records[lv.id]} if with_requests else {})} for lv in levels],
     }
 

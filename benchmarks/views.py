@@ -136,7 +136,7 @@ def run_detail(request, public_id: str):
         "can_manage": selectors.run_manage_allowed(run, request.user),
         "quality": selectors.quality_section(run, hide_addresses=hide),
         "definitions": selectors.run_definitions(run),
-        "energy_metric": catalogue.METRICS["energy_per_token_j"],
+        "energy_metric": catalogue.METRICS["energy_per_token_j"], "cost_metric": catalogue.METRICS["cost_per_mtok"],
         "chart_list": [(name, chart.title) for name, chart in CHARTS.items()
                        if (not chart.telemetry or selectors.run_has_telemetry(run, chart.telemetry))
                        and (chart.offered is None or chart.offered(run))],
@@ -255,6 +255,8 @@ def _sweep(run: Run, params) -> dict | None:
 # The run's charts, in page order: the page's chart boxes and the chart endpoint both read this.
 CHARTS = {
     "throughput": Chart("Throughput", lambda run, params: charts.throughput_figure(selectors.run_series(run))),
+    "energy": Chart("Energy", lambda run, params: charts.energy_figure(selectors.run_series(run)),
+                    offered=lambda run: selectors.run_has_energy(run)),
     **{name: _distribution(name) for name in catalogue.DISTRIBUTION_CHARTS},
     "timeline": Chart("Timeline", _timeline),
     "gpu": Chart("GPU", lambda run, params: charts.gpu_figure(selectors.telemetry_levels(run, "gpu_series")),

@@ -181,7 +181,7 @@ def test_a_run_with_a_quality_step_lands_on_the_run_page_with_the_known_figures(
     assert 'id="metric-kl_mean"' in page  # the definitions of the quality figures, for this run
 
     export = client.get(reverse("run-export", args=[run.public_id])).json()
-    assert export["version"] == 5 and export["quality"]["reference"] == "gemma-q8"
+    assert export["version"] == 6 and export["quality"]["reference"] == "gemma-q8"
     by_name = {x["endpoint"]: x for x in export["quality"]["results"]}
     assert by_name["gemma-q4"]["result"]["reference"]["kl_mean"] == pytest.approx(want["kl_mean"], rel=1e-6)
     assert by_name["gemma-q4"]["result"]["version"] == quality.RESULT_VERSION

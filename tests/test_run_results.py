@@ -56,7 +56,7 @@ def test_the_run_page_offers_every_chart_the_chart_endpoint_draws(client):
     run = measured_run([endpoint()], levels=(1, 2), requests=4, gpu=GPU, server=True)
     page = client.get(run.get_absolute_url()).content.decode()
     offered = re.findall(r'<section class="chart-box" id="chart-([^"]+)"', page)
-    assert offered == ["throughput", "ttft", "tpot", "e2e", "timeline", "gpu", "server"]
+    assert offered == ["throughput", "energy", "ttft", "tpot", "e2e", "timeline", "gpu", "server"]
     for name in offered:
         assert reverse("run-chart", args=[run.public_id, name, "json"]) in page
         assert chart(client, run, name).status_code == 200, name

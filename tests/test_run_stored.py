@@ -121,7 +121,7 @@ def test_the_export_carries_each_started_servers_start_up_and_memory():
     ServerLaunch.objects.create(run=run, recipe=recipe, setting={"--parallel": 4}, endpoint=e,
                                 status=ServerLaunch.STOPPED, report=report.to_dict())
     member = selectors.run_export(run, hide_addresses=False)
-    assert member["version"] == 5
+    assert member["version"] == 6
     (launch,) = member["launches"]
     assert (launch["recipe"], launch["setting"], launch["endpoint"], launch["status"]) == (
         "q4", {"--parallel": 4}, "lab q4", "stopped")

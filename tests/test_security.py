@@ -460,7 +460,7 @@ def test_anonymous_readers_see_no_owner_address_launch_command_key_or_database_i
     for lv in levels:
         assert f'id="level-{lv.public_id}"' in page and f'value="{lv.public_id}"' in page
     export = json.loads(pages[reverse("run-export", args=[run.public_id])])
-    assert export["version"] == 5 and set(export["endpoints"]) == {"h200-vllm-fp8", "h200-llama-q4"}
+    assert export["version"] == 6 and set(export["endpoints"]) == {"h200-vllm-fp8", "h200-llama-q4"}
     assert {lv["endpoint"] for lv in export["levels"]} == set(export["endpoints"])
     assert {lv["id"] for lv in export["levels"]} == {lv.public_id for lv in levels}
     assert all(e["base_url"] is None and e["launch_command"] is None for e in export["endpoints"].values())

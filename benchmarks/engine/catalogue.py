@@ -265,6 +265,8 @@ COMPARED = (Figure("decode_tok_s", "p50"), Figure("aggregate_tok_s"), Figure("tt
             Figure("energy_per_token_j"))
 # The throughput chart: the left axis (solid lines) and the right one (dotted).
 THROUGHPUT_CHART = (Figure("aggregate_tok_s"), Figure("decode_tok_s", "p50"))
+# The energy chart: what a joule of the GPUs' energy served, against load.
+ENERGY_CHART = (Figure("tokens_per_joule"),)
 # The run page's sweep table (servers started from recipes): per setting and load level; and the
 # figure that picks each recipe's best setting (goodput when the run has SLOs).
 SWEEP_TABLE = (Figure("aggregate_tok_s"), Figure("ttft_ms", "p99"))

@@ -757,9 +757,14 @@ class GpuSummary:
     energy_s: float | None = None
     gpus: list[GpuStats] = field(default_factory=list)
 
+    @property
+    def joules(self) -> float | None:
+        """The level's GPU energy: the counter's; else the integrated power's."""
+        return self.energy_j if self.energy_j is not None else self.energy_integrated_j
+
     def joules_per_token(self, output_tokens: int) -> float | None:
-        """The level's GPU energy per output token (the counter's; else the integrated power's)."""
-        joules = self.energy_j if self.energy_j is not None else self.energy_integrated_j
+        """The level's GPU energy per output token."""
+        joules = self.joules
         return joules / output_tokens if joules is not None and output_tokens else None
 
     @property

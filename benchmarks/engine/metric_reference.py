@@ -32,6 +32,7 @@ PLACES = (
     ("comparison table", c.COMPARISON_TABLE),
     ("comparison sentences", c.COMPARED),
     ("throughput chart", c.THROUGHPUT_CHART),
+    ("energy chart", c.ENERGY_CHART),
     ("sweep table", c.SWEEP_TABLE),
     ("history and regressions", c.HISTORY_FIGURES),
     ("advisor", c.ADVISOR_FIGURES),
