@@ -65,3 +65,13 @@ def test_a_hosts_price_needs_its_rate_and_electricity_only_when_owned():
     host.full_clean()
     assert host.hourly_price == HourlyPrice(RENTED, 2.5, "USD")
     assert Host(name="x").hourly_price is None
+
+
+def test_an_imported_level_keeps_the_energy_its_tool_states_and_its_point_says_it_as_stated():
+    from benchmarks.importers.model import ImportedLevel
+    level = ImportedLevel(label="8 concurrent", concurrency=8, aggregate_tok_s=235.0, energy_per_token_j=0.4)
+    again = ImportedLevel.from_dict(level.to_dict())
+    assert again.energy_per_token_j == 0.4
+    point = again.point(rate_mode=False)
+    assert point.get("energy_per_token_j") == 0.4 and point.get("tokens_per_joule") == pytest.approx(2.5)
+    assert ImportedLevel(label="1", concurrency=1).point(rate_mode=False).get("tokens_per_joule") is None

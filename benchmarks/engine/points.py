@@ -86,6 +86,8 @@ class Point:
         """A level of an imported report: `values` in the summary's shape, holding only what the
         file states (see `stated`)."""
         figures = {f.name: stated(values, f) for f in POINT_FIGURES}
+        if figures["tokens_per_joule"] is None and figures["energy_per_token_j"]:
+            figures["tokens_per_joule"] = 1.0 / figures["energy_per_token_j"]  # the same figure, inverted
         return cls(label=label, concurrency=concurrency, rate=rate, completed=completed, failed=failed,
                    figures=figures)
 

@@ -54,6 +54,7 @@ class ImportedLevel:
     prefill_tok_s: dict[str, float] = field(default_factory=dict)
     aggregate_tok_s: float | None = None
     request_throughput: float | None = None
+    energy_per_token_j: float | None = None  # GPU energy per output token, where the tool states it
     notes: list[str] = field(default_factory=list)
 
     def values(self) -> dict[str, Any]:
@@ -90,7 +91,7 @@ class ImportedLevel:
 
 # The level's figure fields: each a catalogue key, shaped as the catalogue summarises it.
 FIGURE_FIELDS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s", "prefill_tok_s",
-                 "aggregate_tok_s", "request_throughput")
+                 "aggregate_tok_s", "request_throughput", "energy_per_token_j")
 # Version 1 stated the per-stream decode as one number: 1000 / median TPOT (a median) from vllm
 # bench serve and GuideLLM, avg_ts (a mean) from llama-bench, a write-up's typical figure.
 _V1_DECODE_STAT = {"llama-bench": "mean", "published": "mean"}
