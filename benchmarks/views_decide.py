@@ -37,12 +37,25 @@ def _api_body(raw: bytes) -> tuple[dict, bool]:
     return body, save
 
 
+def _initial(request) -> dict:
+    """?from=<public_id>: a saved decision's inputs ("change the workload"); ?host=<id>: the decision
+    is for that registered host, its stated price filled in."""
+    initial = decision_selectors.decision_inputs(request.GET.get("from")) or {}
+    host = decision_selectors.host_by_id(request.GET.get("host"))
+    if host is not None:
+        initial = {**initial, "host": host.pk}
+        price = host.hourly_price
+        if price is not None:
+            initial.update(price_ownership=price.ownership, price_per_hour=price.per_hour,
+                           price_per_kwh=price.per_kwh, price_currency=price.currency)
+    return initial
+
+
 # --- views ------------------------------------------------------------------------------------
 
 @login_required
 def decision_new(request):
-    # ?from=<public_id>: start from a saved decision's inputs ("change the workload").
-    form = DecisionForm(request.POST or None, initial=decision_selectors.decision_inputs(request.GET.get("from")))
+    form = DecisionForm(request.POST or None, initial=_initial(request))
     if request.method == "POST" and form.is_valid():
         return redirect(services.decision_create(owner=request.user, inputs=form.inputs, specs=form.specs))
     return render(request, "benchmarks/decision_new.html",

@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.advisor.efficiency import PUBLISHED
+from benchmarks.advisor.economics import POWER_SHARE
+from benchmarks.advisor.gpus import peak_of
 from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B as R1_7B, DEFAULT_CANDIDATES, FACTS,
                                 EngineBuilds, Evidence, GpuSpec, Workload, advise, memory_fit,
                                 published_v100_evidence)
@@ -178,6 +180,16 @@ def test_every_number_in_the_words_comes_from_evidence_facts_or_inputs(gpu, work
         allowed |= _numbers(r.fit) | {p.value for p in r.predicted.values() if p.value is not None}
         allowed |= {x for p in r.predicted.values() if p.band for x in p.band}
         allowed |= _numbers([r.key, r.label])
+        # energy and cost: arithmetic on the throughput read above, the measured energy, or the
+        # datasheet's board power at its stated shares (worked by hand in test_advisor_economics.py)
+        for read in (r.energy, r.cost):
+            if read is not None:
+                allowed |= {x for x in (read.value, read.tok_s, *(read.band or ())) if x is not None}
+        e, agg = r.predicted["energy_per_token_j"].value, r.predicted["aggregate_tok_s"].value
+        allowed |= {e * agg} if e is not None and agg is not None else set()
+    board = peak_of(gpu.name).power_w if peak_of(gpu.name) else None
+    allowed |= {x * 100 for x in POWER_SHARE} | ({share * board * n for share in POWER_SHARE
+                                                  for n in range(1, gpu.count + 1)} if board else set())
     texts = [rec.summary, *rec.caveats, *(n.text for n in rec.hardware_notes), rec.confidence_why,
              *(run.why for run in rec.measure_next)]
     for r in rec.ranked:

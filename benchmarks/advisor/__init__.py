@@ -15,6 +15,7 @@ advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequence[Ev
        gpu_memory_utilization: float | None = None,        # vLLM; None = the fact's 0.9
        quality: Sequence[QualityEvidence] = (),            # measured and published quality
        launches: Sequence[LaunchEvidence] = (),            # the lab's starts, newest first
+       price: HourlyPrice | None = None,                   # engine.cost: the GPUs' stated price
        ) -> Recommendation
 
 GpuSpec(name, compute_capability: tuple[int, int], vram_gib, count=1, interconnect="pcie",
@@ -25,6 +26,7 @@ ModelSpec(name, params_b, layers, kv_heads, head_dim, context_length, embedding_
 Workload(users, prompt_tokens, output_tokens, context_tokens=None, ttft_p90_ms=None,
          tpot_ms=None, min_user_tok_s=None, priority="single_user_speed")
          # priority: "single_user_speed" | "throughput" | "memory_headroom" | "least_quality_loss"
+         #   | "lowest_cost" (needs a price) | "lowest_energy"
 Evidence(id, candidate, kind ("measured" | "published"), label, gpu_name, compute_capability,
          concurrency, prompt_tokens, output_tokens, url=None, host_id=None, ttft_ms_p50=None,
          ttft_ms_p90=None, tpot_ms_p50=None, decode_tok_s_p50=None, aggregate_tok_s=None,
@@ -56,7 +58,9 @@ CandidateResult: key, label, requirements, eligible, ineligible_reasons, fit: Me
     evidence_notes, meets_targets: {target: TargetCheck(target, limit, metric, predicted, how, met,
     note)}, meets_all, priority_value, priority_how, priority_text, reasons, quality: QualityRead(how
     ("measured" | "published" | "not measured"), evidence_id, label, url, figures, perplexity_stderr,
-    text, windows, reference, note), rank, recommendable.
+    text, windows, reference, note), rank, recommendable, energy, cost: EconomyRead(figure, value, how
+    ("measured" | "published" | "interpolated" | "estimated" | "none"), text, band, tok_s, tok_s_how,
+    power, currency) | None.
 MemoryFit: fits, gpus_used, weights_gib, weights_source, kv_bytes_per_token, kv_tokens,
     kv_cache_gib, overhead_gib, overhead_why, required_gib, usable_gib, gpu_memory_utilization,
     headroom_gib, explanation.
@@ -71,6 +75,15 @@ otherwise None, and the summary says what to measure.
 stated): the KL divergence from one reference on one text in one window setting, or perplexity on
 one text, whichever compares the most candidates (KL on a tie); it says which in each reason.
 Quality is read only for the decision's model (any GPU); speed evidence as below.
+
+Energy and cost (economics.py): energy per output token and cost per million output tokens at the
+workload's users, read where a run measured them (the cost at the stated price from the measured
+throughput and power: engine.cost.HourlyPrice.per_million_at), else estimated - the GPUs' maximum
+board power (gpus.py, datasheets) at 40 % to 100 % over the predicted throughput, with its band -
+and labelled so. No price, no cost: ranking on cost without one is an AdviceInputError.
+price_comparison(yours, rented) -> PriceComparison(sides, cheaper, verdict, text): two answers ranked
+on cost (your GPU at its price, rented_gpu(name, count) at its rate), each one's cheapest candidate,
+and the cheaper named only when their bands do not overlap.
 
 One card or two (cards.py, a host of several GPUs): runs measured here serving the same model on one
 GPU and on several (Evidence.gpu_count, Evidence.split: "one GPU", "layer split", "row split",
@@ -94,6 +107,7 @@ Pass evidence newest first: the first row per level wins.
 
 from .engine import (AdviceInputError, CandidateResult, Note, Recommendation, SuggestedRun, TargetCheck, advise,
                      check_targets, validate_inputs)
+from .economics import EconomyRead, PriceComparison, price_comparison, rented_gpu
 from .facts import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, DEEPSEEK_R1_DISTILL_QWEN_14B,
                     DEEPSEEK_R1_DISTILL_QWEN_32B, DEEPSEEK_R1_DISTILL_LLAMA_8B, DEEPSEEK_R1_DISTILL_LLAMA_70B,
                     DEFAULT_CANDIDATES, FACTS, Candidate, Fact, fact,
@@ -116,5 +130,5 @@ __all__ = [
     "Workload", "DEEPSEEK_R1_DISTILL_QWEN_7B", "DEEPSEEK_R1_DISTILL_QWEN_14B", "DEEPSEEK_R1_DISTILL_QWEN_32B",
     "DEEPSEEK_R1_DISTILL_LLAMA_8B", "DEEPSEEK_R1_DISTILL_LLAMA_70B",
     "BUILTIN_MODELS", "AdviceInputError", "start_check", "validate_inputs", "LaunchEvidence", "LaunchRead",
-    "LaunchRef", "StartupRead", "read_launches",
+    "LaunchRef", "StartupRead", "read_launches", "EconomyRead", "PriceComparison", "price_comparison", "rented_gpu",
 ]

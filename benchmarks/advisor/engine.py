@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Mapping, Sequence
 
 from ..engine.catalogue import figure
+from ..engine.cost import OWNED, OWNERSHIP, HourlyPrice
 from ..engine.differences import judge
 from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, min_compute_capability, users_str,
                     ineligible_reasons, requirements, start_check)
 from .cards import CardsAnswer
 from .cards import answer as cards_answer
+from .economics import COST, ECONOMY, NEEDS_PRICE, READ, EconomyRead, cost_read, economy_priority, energy_read
 from .launch import Launch, launch
 from .launches import (LaunchRef, StartupRead, contradiction_reason, did_not_start_reason, measured_fit,
                        other_failure_reason, read_launches, startup_sentence)
@@ -25,7 +28,8 @@ from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, Launc
 
 PRIORITY_PHRASES = {key: p.phrase for key, p in PRIORITY.items()}
 QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the speed evidence
-# Of Recommendation.to_dict(): 7 adds each candidate's estimate_sources (the figures its physical
+# Of Recommendation.to_dict(): 8 adds each candidate's energy per output token and cost per million
+# output tokens (economics.py: measured, or estimated with a band) and the price stated; 7 adds each candidate's estimate_sources (the figures its physical
 # prior rests on), the fit's tensor_parallel_refused and the answer's capacity (what fits when
 # nothing does); 6 adds "one card or two?" (cards: measured runs on one GPU and
 # several, or the write-up's anecdote, labelled); 5 adds each candidate's measured start (did it
@@ -34,7 +38,7 @@ QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the
 # estimate, releases and capacity, predicted bands; 3 adds each candidate's quality and the quality
 # basis; 2 names figures as the catalogue does; 1 (no "version") named them ttft_p50_ms-style.
 # Every addition is optional to the reader (presenter.result_from_stored).
-RESULT_VERSION = 7
+RESULT_VERSION = 8
 SHOWN_FAILURES = 3
 MORE_CARDS = 8  # when nothing fits: up to this many times the host's GPUs are tried  # a candidate's launches that did not start, for their own reasons, named in its reasons
 
@@ -100,6 +104,8 @@ class CandidateResult:
     startup: StartupRead | None = None  # measured start-up time and memory after load
     contradiction: str = ""  # a start measured where the facts table says it cannot
     memory_measured: str = ""  # the measured memory after load beside the modelled fit
+    energy: EconomyRead | None = None  # energy per output token at this load (None: it cannot start or fit)
+    cost: EconomyRead | None = None  # cost per million output tokens at the stated price (None: no price)
 
     @property
     def recommendable(self) -> bool:
@@ -124,6 +130,7 @@ class Recommendation:
     why: list[str] = field(default_factory=list)  # the verdict's reasons, three lines at most
     cards: CardsAnswer | None = None  # one card or two? None on a host of one GPU
     capacity: list[str] = field(default_factory=list)  # when nothing fits: what would, and with how many cards
+    price: HourlyPrice | None = None  # the GPUs' stated price, the costs' (None: no cost read)
 
     def candidate(self, key: str) -> CandidateResult:
         return next(r for r in self.ranked if r.key == key)
@@ -234,13 +241,22 @@ def _priority(priority: str, m: dict[str, Predicted], fit: MemoryFit) -> tuple[f
     return None, "", "none"
 
 
-def _sort_key(r: CandidateResult, index: int):
+def _economy_read(priority: str, r: CandidateResult) -> EconomyRead | None:
+    """The energy or cost read a cost or energy priority ranks on; None for the other priorities."""
+    return (r.cost if priority == COST else r.energy) if priority in ECONOMY else None
+
+
+def _sort_key(r: CandidateResult, index: int, priority: str = ""):
     """Runnable first; then meets the targets, unknown, misses them; then figures at this load,
-    extrapolated figures, no figures; then the priority value."""
+    extrapolated figures (or a cost or energy whose throughput is read at this load and only its
+    power estimated), estimates, no figures; then the priority value."""
     if not r.recommendable:
         return (1, 0, 0, 0.0, index)  # the ones that cannot run stay in the candidates' order
     target_rank = {True: 0, None: 1, False: 2}[r.meets_all]
     known_rank = {"none": 3, "estimated": 2, "extrapolated": 1}.get(r.priority_how, 0)
+    read = _economy_read(priority, r)
+    if read is not None and read.how == "estimated" and read.tok_s_how in READ:
+        known_rank = 1
     return (0, target_rank, known_rank, -(r.priority_value or 0.0), index)
 
 
@@ -357,6 +373,8 @@ def measure_next(gpu: GpuSpec, workload: Workload, results: list[CandidateResult
         if not r.recommendable:
             continue  # cannot start or does not fit: nothing to measure
         why = [_speed_gap(gpu, workload, r)]
+        if workload.priority in ECONOMY and r.priority_how == "estimated" and not why[0]:
+            why.append(f"its {PRIORITY_PHRASES[workload.priority]} only estimated (energy not measured at this load)")
         quality = workload.priority == QUALITY and r.priority_value is None
         if quality:
             why.append("its quality not measured comparably with the others' (a run with a quality step)")
@@ -382,6 +400,9 @@ def _confidence(rec: CandidateResult | None, results: list[CandidateResult],
         if others_unknown:
             return "medium", f"no comparable quality figures for {', '.join(others_unknown)}"
         return "high", "quality measured comparably for every candidate that can run here"
+    if rec.priority_how == "estimated" and workload.priority in ECONOMY:
+        return "low", (f"the {PRIORITY_PHRASES[workload.priority]} of {rec.label} is estimated from the GPU's "
+                       f"maximum board power over its throughput at this load, not measured")
     if rec.priority_how == "estimated":
         return "low", (f"estimated from the GPU's datasheet and the efficiencies the engine's published figures "
                        f"show (see the figures it rests on), "
@@ -419,8 +440,25 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _price_errors(price: HourlyPrice | None, workload: Workload) -> dict[str, str]:
+    """A price the cost per million tokens can be computed with, and one when it is ranked on."""
+    if price is None:
+        return {"price_per_hour": NEEDS_PRICE} if workload.priority == COST else {}
+    errors = {}
+    if price.ownership not in dict(OWNERSHIP):
+        errors["price_ownership"] = f"ownership must be one of {', '.join(dict(OWNERSHIP))}"
+    for name in ("per_hour", "per_kwh"):
+        value = getattr(price, name)
+        if (value is not None or name == "per_hour") and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf):
+            errors[f"price_{name}"] = f"a price: a number, 0 or more (got {value!r})"
+    if price.per_kwh is not None and price.ownership != OWNED and "price_per_kwh" not in errors:
+        errors["price_per_kwh"] = "electricity is priced for owned GPUs; a rented GPU's rate includes it"
+    return errors
+
+
 def validate_inputs(model: ModelSpec, workload: Workload, gpu: GpuSpec,
-              gpu_memory_utilization: float | None) -> None:
+                    gpu_memory_utilization: float | None, price: HourlyPrice | None = None) -> None:
     errors = {}
     for name in ("users", "prompt_tokens", "output_tokens"):
         value = getattr(workload, name)
@@ -443,6 +481,7 @@ def validate_inputs(model: ModelSpec, workload: Workload, gpu: GpuSpec,
     if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
         errors["gpu_memory_utilization"] = (f"a share of the GPU's memory: more than 0, at most 1 "
                                             f"(got {gpu_memory_utilization!r})")
+    errors.update(_price_errors(price, workload))
     if errors:
         raise AdviceInputError(errors)
 
@@ -453,8 +492,9 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
            variant_bytes: Mapping[str, float] | None = None,
            gpu_memory_utilization: float | None = None,
            quality: Sequence[QualityEvidence] = (),
-           launches: Sequence[LaunchEvidence] = ()) -> Recommendation:
-    validate_inputs(model, workload, gpu, gpu_memory_utilization)
+           launches: Sequence[LaunchEvidence] = (),
+           price: HourlyPrice | None = None) -> Recommendation:
+    validate_inputs(model, workload, gpu, gpu_memory_utilization, price)
     evidence = list(evidence)
     cc = tuple(gpu.compute_capability)
     by_key = {c.key: c for c in candidates}
@@ -482,8 +522,17 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             estimated, estimate_sources = prior.sentence, prior.sources
         perfs[c.key] = perf
         checks = check_targets(workload, perf.metrics)
+        energy = cost = None
+        if not refusals and fit.fits:  # what serving it would spend, at this load
+            energy = energy_read(perf.metrics, gpu, fit.gpus_used)
+            cost = cost_read(price, perf.metrics, gpu, fit.gpus_used) if price is not None else None
         if workload.priority == QUALITY:
             value, value_text, value_how = quality_read.priority_value(c.key)
+        elif workload.priority in ECONOMY:
+            read = cost if workload.priority == COST else energy
+            value, value_text, value_how = economy_priority(read) if read is not None else (None, "", "none")
+            if read is None and fit.fits and not refusals:  # no price: said, never assumed
+                value_text = NEEDS_PRICE
         else:
             value, value_text, value_how = _priority(workload.priority, perf.metrics, fit)
 
@@ -509,6 +558,8 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         for flag in sorted({f for ref in perf.evidence for f in ref.flags}):
             reasons.append(f"These figures are {flag}.")
         reasons += [chk.note for chk in checks.values()]
+        reasons += [f"{figure(r.figure).metric.name}: {r.text[0].lower() + r.text[1:]}".rstrip(".") + "."
+                    for r in (energy, cost) if r is not None]
         reasons.append(quality_sentence(c, quality_read.reads[c.key]))
         if refusals or not fit.fits:
             reasons.append("Not recommended: it " + ("cannot start on this GPU." if refusals
@@ -531,10 +582,10 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             estimate_sources=estimate_sources,
             releases="" if refusals or contradiction else start.releases_text,
             started=lab.outcome, launches=lab.decided_by + lab.other_failures, startup=lab.startup,
-            contradiction=contradiction, memory_measured=memory_measured,
+            contradiction=contradiction, memory_measured=memory_measured, energy=energy, cost=cost,
             launch=launch(c, model, gpu, workload, fit) if not refusals and fit.fits else None))
 
-    results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0]))]
+    results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0], workload.priority))]
     for i, r in enumerate(results, 1):
         r.rank = i
 
@@ -568,7 +619,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         confidence=confidence, confidence_why=confidence_why,
         hardware_notes=hardware_notes(gpu, workload, results, candidates, builds, cards),
         measure_next=measure_next(gpu, workload, results), quality_basis=quality_read.basis,
-        why=_why(gpu, workload, results, rec), cards=cards)
+        why=_why(gpu, workload, results, rec), cards=cards, price=price)
 
 
 def _memory_measured(c: Candidate, startup: StartupRead | None, fit: MemoryFit) -> str:
@@ -639,6 +690,9 @@ def _within_noise(a: CandidateResult, b: CandidateResult):
 
 def _band(workload: Workload, r: CandidateResult) -> tuple[float, float] | None:
     """The estimate's band of the figure ranked on; None when it was not estimated."""
+    if workload.priority in ECONOMY:  # in cost or joules: two bands overlap or not all the same
+        read = _economy_read(workload.priority, r)
+        return read.band if read is not None and read.how == "estimated" else None
     if workload.priority not in ("throughput", "single_user_speed"):
         return None  # memory headroom is computed, quality measured: neither is an estimate's band
     metric = "aggregate_tok_s" if workload.priority == "throughput" else "decode_tok_s_p50"

@@ -24,6 +24,11 @@ PRIORITY = {p.key: p for p in (
     Priority("memory_headroom", "memory headroom", "memory headroom"),
     Priority("least_quality_loss", "least quality loss (KL divergence from a reference, or perplexity on the "
              "same text)", "quality loss", best="least"),
+    # economics.py: measured at this load where a run measured it, else estimated from the GPU's
+    # board power over the predicted throughput (labelled, with its band). Cost needs a stated price.
+    Priority("lowest_cost", "lowest cost per million output tokens (at the price stated below)",
+             "cost per million output tokens", best="lowest"),
+    Priority("lowest_energy", "lowest energy per output token", "energy per output token", best="lowest"),
 )}
 PRIORITIES = tuple(PRIORITY)
 
@@ -68,7 +73,7 @@ class Workload:
     ttft_p90_ms: float | None = None  # target: TTFT p90 at most this
     tpot_ms: float | None = None  # target: time per output token (p50) at most this
     min_user_tok_s: float | None = None  # target: per-stream decode at least this
-    priority: str = "single_user_speed"  # one of PRIORITIES
+    priority: str = "single_user_speed"  # one of PRIORITIES ("lowest_cost" needs advise()'s price)
 
     @property
     def context(self) -> int:

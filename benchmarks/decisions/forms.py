@@ -8,13 +8,15 @@ from dataclasses import dataclass
 
 from django import forms
 from django.conf import settings
-from django.core.validators import MaxValueValidator
+from django.core.validators import MaxValueValidator, RegexValidator
 
 from benchmarks.advisor import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, PRIORITIES, PRIORITY, AdviceInputError,
                                 EngineBuilds, GpuSpec, ModelSpec, Workload, validate_inputs)
+from benchmarks.advisor.economics import rented_gpu
 from benchmarks.advisor.gpus import PEAKS, peak_of
 from benchmarks.decisions.selectors import (CC_RANGE, InputError, engine_builds_for, gpu_spec_from_host,
                                             model_spec_from_model, parse_cc, parse_version)
+from benchmarks.engine.cost import OWNERSHIP, RENTED, HourlyPrice
 from benchmarks.forms import TextField
 from benchmarks.models import Host, Model
 
@@ -33,6 +35,9 @@ class Specs:
     model_source: str  # "registered" | "built-in"
     builds: EngineBuilds = EngineBuilds()  # stated, else read from the registered endpoints
     gpu_memory_utilization: float | None = None  # vLLM's; None = its default
+    price: HourlyPrice | None = None  # the GPUs' price: stated, else the registered host's
+    price_source: str = ""  # "as stated" | "the host's stated price" | ""
+    rented: tuple[GpuSpec, HourlyPrice] | None = None  # compare with this rented GPU at this rate
 
 
 def _positive(value):
@@ -98,6 +103,25 @@ class DecisionForm(forms.Form):
                                                         "Blank = vLLM's 0.9.")
     priority = forms.ChoiceField(choices=[(key, p.label) for key, p in PRIORITY.items()], required=False,
                                  initial=PRIORITIES[0], widget=forms.RadioSelect)
+    # What your GPUs cost (engine/cost.py): blank with a registered host = the host's stated price.
+    price_ownership = forms.ChoiceField(choices=[("", "— no price —"), *OWNERSHIP], required=False,
+                                        label="Your GPUs are",
+                                        help_text="Blank with a registered host: the price staff stated for it.")
+    price_per_hour = forms.FloatField(required=False, min_value=0, max_value=1e6, label="Price per hour",
+                                      help_text="Owned: the cards' amortisation per hour (purchase over the hours you "
+                                                "expect to run them). Rented: the provider's rate, all GPUs.")
+    price_per_kwh = forms.FloatField(required=False, min_value=0, max_value=1e3, label="Electricity per kWh",
+                                     help_text="Owned only: the energy is measured where a run measured it, else "
+                                               "estimated from the GPU's maximum board power.")
+    price_currency = TextField(max_length=3, required=False, initial="USD", label="Currency",
+                               validators=[RegexValidator(r"^[A-Z]{3}$", "A three-letter code such as USD.")],
+                               help_text="Of both prices. Blank: USD, or the host's.")
+    rent_gpu = forms.ChoiceField(choices=[("", "— no comparison —"), *((p.name, p.name) for p in PEAKS)],
+                                 required=False, label="Compare with a rented GPU",
+                                 help_text="The cheapest candidate on it against yours, at the rate below.")
+    rent_per_hour = forms.FloatField(required=False, min_value=0, max_value=1e6, label="Its rate per hour",
+                                     help_text="The provider's rate for all the rented GPUs, electricity included.")
+    rent_gpu_count = forms.IntegerField(required=False, min_value=1, max_value=64, initial=1, label="Rented GPUs")
 
     FIELDSETS = (
         ("host", "The GPU: a registered host…", ("host",)),
@@ -107,6 +131,9 @@ class DecisionForm(forms.Form):
         ("targets", "Targets (optional)", ("ttft_p90_ms", "tpot_ms", "min_user_tok_s")),
         ("engines", "The engines (optional)", ("vllm_version", "gpu_memory_utilization")),
         ("priority", "What matters most", ("priority",)),
+        ("price", "What it costs (optional; needed to rank on cost)", ("price_ownership", "price_per_hour",
+                                                                        "price_per_kwh", "price_currency")),
+        ("rent", "Compare with a rented GPU (optional)", ("rent_gpu", "rent_per_hour", "rent_gpu_count")),
     )
     STATED_GPU = (("gpu_name", "the GPU model, e.g. Tesla V100-PCIE-16GB"),
                   ("compute_capability", "the compute capability, e.g. 7.0"),
@@ -150,7 +177,7 @@ class DecisionForm(forms.Form):
             return data
         try:
             specs = self._specs(data)
-            validate_inputs(specs.model, specs.workload, specs.gpu, specs.gpu_memory_utilization)
+            validate_inputs(specs.model, specs.workload, specs.gpu, specs.gpu_memory_utilization, specs.price)
             self.specs = specs
         except InputError as e:
             self.add_error(e.field, e.message)
@@ -196,9 +223,41 @@ class DecisionForm(forms.Form):
             builds = EngineBuilds(vllm_version=parse_version(d["vllm_version"]), source="as stated")
         else:
             builds = engine_builds_for(gpu.host_id, gpu.name, gpu.compute_capability)
+        price, price_source = self._price(d, host)
         return Specs(gpu, model, workload, variant_bytes, host.name if host else None,
                      "registered" if d.get("model") is not None else "built-in", builds,
-                     d.get("gpu_memory_utilization"))
+                     d.get("gpu_memory_utilization"), price, price_source, self._rented(d, price))
+
+    def _price(self, d: dict, host) -> tuple[HourlyPrice | None, str]:
+        """The stated price, else the registered host's; a half-stated one is refused on its field."""
+        ownership, per_hour, per_kwh = d.get("price_ownership"), d.get("price_per_hour"), d.get("price_per_kwh")
+        if not ownership and per_hour is None and per_kwh is None:
+            price = host.hourly_price if host is not None else None
+            return (price, "the host's stated price") if price is not None else (None, "")
+        if not ownership:
+            raise InputError("price_ownership", "Say whether your GPUs are owned or rented.")
+        if per_hour is None:
+            raise InputError("price_per_hour", "Give the price per hour (0 for none), or no price.")
+        if per_kwh is not None and ownership == RENTED:
+            raise InputError("price_per_kwh", "Electricity is priced for owned GPUs; a rented GPU's rate includes "
+                                              "it: leave it blank.")
+        return HourlyPrice(ownership, per_hour, d.get("price_currency") or "USD", per_kwh), "as stated"
+
+    def _rented(self, d: dict, price: HourlyPrice | None) -> tuple[GpuSpec, HourlyPrice] | None:
+        name, rate = d.get("rent_gpu"), d.get("rent_per_hour")
+        if not name and rate is None:
+            return None
+        if not name:
+            raise InputError("rent_gpu", "Pick the rented GPU to compare with (or leave its rate blank).")
+        if rate is None:
+            raise InputError("rent_per_hour", f"Give the {name}'s rate per hour to compare with it.")
+        if price is None:
+            raise InputError("price_per_hour", "To compare with a rented GPU, state your own GPUs' price (or pick a "
+                                               "registered host that has one).")
+        gpu = rented_gpu(name, d.get("rent_gpu_count") or 1)
+        if gpu is None:  # the choices are the table's rows: only a stale form gets here
+            raise InputError("rent_gpu", f"{name} is not in the datasheet table.")
+        return gpu, HourlyPrice(RENTED, rate, price.currency)
 
     @property
     def inputs(self) -> dict:
@@ -212,7 +271,9 @@ class DecisionForm(forms.Form):
                 "vllm_version": d.get("vllm_version", ""), "gpu_memory_utilization": d.get("gpu_memory_utilization"),
                 **{k: d.get(k) for k in ("users", "prompt_tokens", "output_tokens", "context_tokens",
                                          "ttft_p90_ms", "tpot_ms", "min_user_tok_s")},
-                "priority": d.get("priority") or PRIORITIES[0]}
+                "priority": d.get("priority") or PRIORITIES[0],
+                **{k: d.get(k) for k in ("price_ownership", "price_per_hour", "price_per_kwh", "price_currency",
+                                         "rent_gpu", "rent_per_hour", "rent_gpu_count")}}
 
 
 INPUT_KEYS = tuple(DecisionForm.base_fields)

@@ -1,7 +1,8 @@
 """What the decision page shows of a saved result, and the "measure this next" links.
 
 Saved results are read through `result_from_stored`, which reads every version the advisor has
-written (Recommendation.to_dict: 5 adds each candidate's measured start, launches, start-up and
+written (Recommendation.to_dict: 8 adds each candidate's energy per output token and cost per
+million output tokens, the price and the comparison with a rented GPU; 5 adds each candidate's measured start, launches, start-up and
 measured memory after load; 4 adds the verdict's three reasons, each candidate's launch command,
 estimate, releases and capacity; 3 adds each candidate's quality and the quality basis; 2 names
 figures as the metric catalogue does; 1, with no "version", named them ttft_p50_ms, decode_tok_s,
@@ -25,6 +26,7 @@ from benchmarks.decisions.forms import INTERCONNECTS
 from benchmarks.decisions.selectors import CANDIDATES, VARIANT_QUANTIZATION, endpoints_for, recipes_for
 from benchmarks.engine import backends
 from benchmarks.engine.catalogue import COMPARISON_QUALITY, LAUNCH_FIGURES, figure
+from benchmarks.engine.cost import HourlyPrice
 from benchmarks.importers.published import QUALITY_LABEL
 
 # Version 1's figure names -> the catalogue's.
@@ -63,7 +65,9 @@ def result_from_stored(result: dict) -> dict:
                   "ranked": [{"estimate_sources": [], **c,
                               "fit": {"tensor_parallel_refused": [], **(c.get("fit") or {})}}
                              for c in result["ranked"]]}
-    return {**result, "version": 7}
+    if version < 8:  # decided before energy and cost were read
+        result = {**result, "price": None, "ranked": [{"energy": None, "cost": None, **c} for c in result["ranked"]]}
+    return {"price_source": "", "price_comparison": None, **result, "version": 8}
 
 
 def _quality(q: dict | None) -> dict | None:
@@ -101,6 +105,19 @@ def _startup(s: dict | None) -> list[dict]:
     return rows
 
 
+def _economy(read: dict) -> dict:
+    """A candidate's energy or cost read as the page shows it: its words, and a short form for the
+    ranked table ("0.27 to 0.33 USD/M tok, estimated")."""
+    f = figure(read["figure"])
+    short = "—"
+    if read.get("value") is not None:
+        unit = f"{read['currency']}/M tok" if read["figure"] == "cost_per_mtok" else f.metric.unit
+        low, high = read.get("band") or (read["value"], read["value"])
+        number = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
+        short = f"{number} {unit}, {read['how']}"
+    return {**read, "title": f.metric.name, "short": short}
+
+
 def _source_of(ref: dict) -> str:
     return WRITEUP if ref.get("kind") == "published" else ""
 
@@ -124,6 +141,7 @@ def decision_display(stored: dict) -> dict:
             "flags": sorted({f for e in c["evidence"] for f in e["flags"]}),
             "quality_row": _quality(c["quality"]),
             "startup_rows": _startup(c.get("startup")),
+            "economy": [_economy(read) for read in (c.get("energy"), c.get("cost")) if read],
         })
     workload = result["workload"]
     gpu = result["gpu"]
@@ -140,6 +158,8 @@ def decision_display(stored: dict) -> dict:
                      "priority_label": priority.label if priority else workload["priority"]},
         "skipped": [f"{n} measured level{'s' if n != 1 else ''} not used: {why}." for why, n in skipped.items()],
         "slo_capacity": stored.get("slo_capacity") or [],
+        "price": HourlyPrice(**result["price"]).said() if result.get("price") else "",
+        "comparison": result["price_comparison"],
     }
 
 

@@ -371,6 +371,13 @@ def decision_inputs(public_id: str | None) -> dict | None:
         return None
 
 
+def host_by_id(host_id: str | None) -> Host | None:
+    """A registered host by its id as a link gives it (?host=3); None for anything else."""
+    if not host_id or not re.fullmatch(r"[0-9]{1,9}", str(host_id)):
+        return None
+    return Host.objects.filter(pk=int(host_id)).first()
+
+
 def decisions_recent(*, owner, limit: int = 10) -> QuerySet[Decision]:
     return Decision.objects.filter(owner=owner).only("public_id", "recommended", "created", "result")[:limit]
 

@@ -2,7 +2,10 @@
 and the lab's launches) and save."""
 from __future__ import annotations
 
-from benchmarks.advisor import advise
+import dataclasses
+
+from benchmarks.advisor import EngineBuilds, advise
+from benchmarks.advisor.economics import COST, price_comparison
 from benchmarks.decisions.forms import Specs
 from benchmarks.decisions.selectors import (evidence_from_db, launch_evidence_from_db, quality_evidence_from_db,
                                             slo_capacity_from_db)
@@ -11,16 +14,28 @@ from benchmarks.models import Decision
 
 
 def decision_compute(*, specs: Specs) -> dict:
-    """The advisor's answer for these (validated) specs, as JSON; nothing saved."""
+    """The advisor's answer for these (validated) specs, as JSON; nothing saved. With a rented GPU
+    to compare with, `price_comparison` holds the cheapest candidate on each at its price."""
     evidence = evidence_from_db()
-    rec = advise(specs.gpu, specs.model, specs.workload, evidence, variant_bytes=specs.variant_bytes or None,
-                 quality=quality_evidence_from_db(), builds=specs.builds,
-                 gpu_memory_utilization=specs.gpu_memory_utilization, launches=launch_evidence_from_db())
+    shared = {"variant_bytes": specs.variant_bytes or None, "quality": quality_evidence_from_db(),
+              "gpu_memory_utilization": specs.gpu_memory_utilization, "launches": launch_evidence_from_db()}
+    rec = advise(specs.gpu, specs.model, specs.workload, evidence, builds=specs.builds, price=specs.price, **shared)
     result = rec.to_dict()
     result["host"] = specs.host
     result["model_source"] = specs.model_source
+    result["price_source"] = specs.price_source
     result["evidence_skipped"] = evidence.skipped
     result["slo_capacity"] = slo_capacity(specs, slo_capacity_from_db())
+    result["price_comparison"] = None
+    if specs.rented is not None:
+        on_cost = dataclasses.replace(specs.workload, priority=COST)
+        yours = rec if specs.workload.priority == COST else advise(
+            specs.gpu, specs.model, on_cost, evidence, builds=specs.builds, price=specs.price, **shared)
+        gpu, rate = specs.rented
+        # The engine versions read from this host's endpoints say nothing of the rented machine.
+        builds = specs.builds if specs.builds.source == "as stated" else EngineBuilds()
+        rented = advise(gpu, specs.model, on_cost, evidence, builds=builds, price=rate, **shared)
+        result["price_comparison"] = price_comparison(yours, rented).to_dict()
     return result
 
 
