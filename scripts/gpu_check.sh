@@ -4,7 +4,8 @@
 # the DeepSeek-R1-Distill-Qwen-7B shape (same size and speed as the real Q4_K_M; no download),
 # serve it like the V100 write-up (-c 8192 --parallel 8 -ngl 99 --metrics) and measure it with
 # the product's engine (scripts/gpu_check.py).
-#   prepare SRC WORK : build into WORK and write WORK/qwen2-7b-q4_k_m.gguf (SRC: llama.cpp tree)
+#   prepare SRC WORK : build into WORK and write WORK/qwen2-7b-q4_k_m.gguf (SRC: llama.cpp tree;
+#                      CMAKE_EXTRA: more cmake flags, e.g. -DGGML_CUDA_FA=OFF for a build in minutes)
 #   measure WORK OUT : serve and measure; the result JSON goes to OUT/
 #   quality WORK OUT : the quality step's speed: perplexity by teacher forcing through the
 #                      Q4_K_M server (--parallel 1, 8, 16), then against a Q8_0 reference of the
@@ -16,7 +17,7 @@ case "${1:-}" in
     src=$2 work=$3; mkdir -p "$work"
     cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+      -DLLAMA_BUILD_EXAMPLES=OFF ${CMAKE_EXTRA:-} >/dev/null
     cmake --build "$work/build" --target llama-server llama-quantize -j"$(nproc)" >/dev/null
     python3 "$HERE/gen_qwen2_random.py" "$src" "$work/qwen2-7b-f16.gguf" >/dev/null
     "$work/build/bin/llama-quantize" "$work/qwen2-7b-f16.gguf" "$work/qwen2-7b-q4_k_m.gguf" Q4_K_M >/dev/null 2>&1

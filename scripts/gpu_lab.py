@@ -59,6 +59,7 @@ async def measure_levels(url: str, levels: list[int], requests: int, gpu_indices
                 "gpu_peak_memory_used_mib": gpu.summary.peak_memory_used_mib,
                 "gpu_peak_process_memory_mib": [g.peak_process_memory_mib for g in gpu.summary.gpus],
                 "gpu_status": gpu.summary.status,
+                "energy": energy_figures(gpu.summary, s.output_tokens),
                 "gpus": [{"index": g.index, "peak_memory_used_mib": g.peak_memory_used_mib,
                           "mean_utilization_gpu": g.mean_utilization_gpu,
                           "mean_utilization_memory": g.mean_utilization_memory, "max_power_w": g.max_power_w}
@@ -66,6 +67,25 @@ async def measure_levels(url: str, levels: list[int], requests: int, gpu_indices
         return out
     finally:
         await session.close()
+
+
+def energy_figures(summary, output_tokens: int) -> dict:
+    """The level's GPU energy both ways: NVML's counter over its span and the power samples
+    integrated over theirs (the spans differ by the sampling interval, so their mean powers are
+    compared as well as their joules), and J per output token by each."""
+    g = summary.gpus[0] if summary.gpus else None
+    counter, integrated = summary.energy_j, summary.energy_integrated_j
+    out = {"output_tokens": output_tokens, "counter_j": counter, "integrated_j": integrated,
+           "counter_s": g.energy_s if g else None, "sampled_s": g.sampled_s if g else None,
+           "idle_power_w": summary.idle_power_w, "idle_share": summary.idle_share,
+           "j_per_token_counter": counter / output_tokens if counter and output_tokens else None,
+           "j_per_token_integrated": integrated / output_tokens if integrated and output_tokens else None}
+    if counter and integrated:
+        out["integrated_over_counter"] = integrated / counter
+        if g and g.energy_s and g.sampled_s:
+            out["mean_power_w_counter"] = counter / g.energy_s
+            out["mean_power_w_integrated"] = integrated / g.sampled_s
+    return out
 
 
 def one_launch(spec, allow, state, gpu_indices, levels, requests) -> dict:
@@ -129,6 +149,12 @@ def main() -> int:
             print(f"    c={lv['concurrency']:<3} decode p50 {lv['decode_tok_s_p50']:7.1f} tok/s, aggregate "
                   f"{lv['aggregate_tok_s']:7.1f} tok/s, TTFT p50 {lv['ttft_ms_p50']:7.1f} ms, "
                   f"{lv['failed']} failed")
+            e = lv.get("energy") or {}
+            if e.get("counter_j") is not None:
+                print(f"          energy: counter {e['counter_j']:.1f} J over {e['counter_s']:.2f} s "
+                      f"({e['j_per_token_counter']:.4f} J/token), integrated {e['integrated_j'] or 0:.1f} J over "
+                      f"{e['sampled_s'] or 0:.2f} s ({e['j_per_token_integrated'] or 0:.4f} J/token), "
+                      f"ratio {e.get('integrated_over_counter', 0):.4f}, idle {e['idle_power_w'] or 0:.0f} W")
     return 0
 
 

@@ -7,7 +7,8 @@
 #                        machine's Python (TARGET_PYTHON, default 3.12), for a GPU machine without network
 #   prepare SRC WORK   : build the CUDA llama-server and the random-weight 7B Q4_K_M GGUF (scripts/gpu_check.sh)
 #   measure WORK OUT [DEPS] : run scripts/gpu_lab.py against them (DEPS: the folder `deps` made)
-# PARALLEL (default 1,8) and REQUESTS (default 16) set the sweep and the requests per level.
+# PARALLEL (default 1,8) and REQUESTS (default 16) set the sweep and the requests per level; NO_FAILURE=1
+# leaves out the recipe that cannot fit.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 case "${1:-}" in
@@ -30,7 +31,7 @@ case "${1:-}" in
     work=${2:?work folder} out=${3:?output folder} deps=${4:-}
     mkdir -p "$out"
     PYTHONPATH=${deps:+$deps:}${PYTHONPATH:-} python3 "$HERE/gpu_lab.py" --server "$work/build/bin/llama-server" \
-      --model "$work/qwen2-7b-q4_k_m.gguf" --parallel "${PARALLEL:-1,8}" --requests "${REQUESTS:-16}" \
+      --model "$work/qwen2-7b-q4_k_m.gguf" --parallel "${PARALLEL:-1,8}" --requests "${REQUESTS:-16}" ${NO_FAILURE:+--no-failure} \
       --out "$out/gpu_lab.json" | tee "$out/gpu_lab.txt" ;;
   *) echo "usage: $0 deps DIR | prepare SRC WORK | measure WORK OUT [DEPS]" >&2; exit 2 ;;
 esac
