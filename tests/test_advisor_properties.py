@@ -32,7 +32,8 @@ def workloads(draw):
     return Workload(users=draw(st.integers(1, 64)), prompt_tokens=prompt, output_tokens=output,
                     context_tokens=context, ttft_p90_ms=draw(target), tpot_ms=draw(target),
                     min_user_tok_s=draw(target),
-                    priority=draw(st.sampled_from(["single_user_speed", "throughput", "memory_headroom"])))
+                    priority=draw(st.sampled_from(["single_user_speed", "throughput", "memory_headroom",
+                                                   "lowest_energy"])))
 
 
 @st.composite
@@ -49,7 +50,7 @@ def evidence_rows(draw):
             concurrency=draw(st.sampled_from([1, 2, 4, 8, 16, 32])), prompt_tokens=prompt,
             output_tokens=output, ttft_ms_p50=draw(figure), ttft_ms_p90=draw(figure),
             tpot_ms_p50=draw(figure), decode_tok_s_p50=draw(figure), aggregate_tok_s=draw(figure),
-            peak_memory_gib=draw(figure), model=draw(st.sampled_from([R1_7B.name, "Other-14B"])),
+            peak_memory_gib=draw(figure), energy_per_token_j=draw(figure), model=draw(st.sampled_from([R1_7B.name, "Other-14B"])),
             weight_bytes=draw(st.none() | st.floats(1e9, 4e10)), gpu_count=draw(st.sampled_from([1, 1, 2]))))
     if draw(st.booleans()):
         rows += published_v100_evidence()

@@ -62,15 +62,25 @@ class EconomyRead:
         return self.band or (self.value, self.value)
 
 
+def _three(x: float) -> str:
+    """Three significant figures, never an exponent: 1250 / 12.5 / 0.0774."""
+    if x <= 0:
+        return "0"
+    if float(f"{x:.3g}") >= 100:  # whole units from 100 (99.96 too: not "100.0")
+        return f"{x:.0f}"
+    x = float(f"{x:.3g}")
+    text = f"{x:.{2 - math.floor(math.log10(x))}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def money(x: float) -> str:
     """A price: two decimals, three significant figures below 0.1."""
-    if x >= 0.1 or x == 0:
-        return f"{x:,.2f}"
-    return f"{x:.{2 - math.floor(math.log10(x))}f}"
+    return f"{x:.2f}" if x >= 0.1 or x == 0 else _three(x)
 
 
 def joules(x: float) -> str:
-    return f"{x:.3g}"
+    """Energy per token: three significant figures."""
+    return _three(x)
 
 
 def _none(figure: str, why: str, currency: str = "") -> EconomyRead:

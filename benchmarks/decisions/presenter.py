@@ -19,6 +19,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from benchmarks.advisor import PRIORITY
+from benchmarks.advisor.economics import joules, money
 from benchmarks.advisor.facts import WRITEUP
 from benchmarks.advisor.performance import METRICS
 from benchmarks.compare import shown
@@ -113,7 +114,8 @@ def _economy(read: dict) -> dict:
     if read.get("value") is not None:
         unit = f"{read['currency']}/M tok" if read["figure"] == "cost_per_mtok" else f.metric.unit
         low, high = read.get("band") or (read["value"], read["value"])
-        number = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
+        said = money if read["figure"] == "cost_per_mtok" else joules
+        number = said(low) if low == high else f"{said(low)} to {said(high)}"
         short = f"{number} {unit}, {read['how']}"
     return {**read, "title": f.metric.name, "short": short}
 
