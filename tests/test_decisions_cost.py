@@ -143,3 +143,24 @@ def test_the_api_answers_the_comparison_as_json(member):
     cmp = r.json()["recommendation"]["price_comparison"]
     assert cmp["cheaper"] == "rented" and [s["candidate"] for s in cmp["sides"]] == ["llamacpp-q4_k_m", "vllm-fp8"]
     assert cmp["sides"][1]["cost"]["value"] == pytest.approx(2.5 / 10.8)  # 2.50 USD/h over 10.8 M tokens an hour
+
+
+def test_on_a_host_that_measured_its_energy_the_cost_is_measured_at_the_hosts_price(member):
+    h100_fp8_at_8_users()  # each level stores the GPU samples' 50 J (200 W then 300 W, 0.2 s apart)
+    host = Host.objects.get(name="h100-1")
+    host.price_ownership, host.price_per_hour, host.price_per_kwh = "owned", 1.00, 0.20
+    host.save()
+    r = member.post(reverse("decision-new"), {**V100, "host": host.pk, "priority": "lowest_cost"}, follow=True)
+    decision = Decision.objects.get()
+    fp8 = next(c for c in decision.result["ranked"] if c["key"] == "vllm-fp8")
+    # Energy: 50 J over the level's 101 requests x 100 output tokens = 0.00495050 J/token, measured.
+    assert fp8["energy"]["how"] == "measured" and fp8["energy"]["value"] == pytest.approx(50 / 10100)
+    # Cost: 3000 tok/s is 10.8 M tokens an hour, so 1.00 USD/h is 0.0925926 USD per million; a
+    # million tokens take 4950.5 J = 0.00137514 kWh, 0.000275028 USD at 0.20 USD/kWh: 0.0928676.
+    assert fp8["cost"]["how"] == "measured" and fp8["cost"]["band"] is None
+    assert fp8["cost"]["value"] == pytest.approx(0.0928676, rel=1e-5)
+    assert decision.recommended == "vllm-fp8"
+    page = unescape(r.content.decode())
+    assert "0.0929 USD per million output tokens (measured): at 3000 tok/s (measured), drawing 14.9 W " \
+           "(measured: 0.00495 J/token × 3000 tok/s)" in page  # 0.0049505 J/token x 3000 tok/s = 14.85 W
+    assert "owned: 1.00 USD/h amortisation, 0.20 USD/kWh (the host's stated price)" in page
