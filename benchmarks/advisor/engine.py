@@ -29,9 +29,9 @@ from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, Launc
 PRIORITY_PHRASES = {key: p.phrase for key, p in PRIORITY.items()}
 QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the speed evidence
 # Of Recommendation.to_dict(): 8 adds each candidate's energy per output token and cost per million
-# output tokens (economics.py: measured, or estimated with a band) and the price stated; 7 adds each candidate's estimate_sources (the figures its physical
-# prior rests on), the fit's tensor_parallel_refused and the answer's capacity (what fits when
-# nothing does); 6 adds "one card or two?" (cards: measured runs on one GPU and
+# output tokens (economics.py: measured, or estimated with a band) and the price stated; 7 adds each
+# candidate's estimate_sources (the figures its physical prior rests on), the fit's
+# tensor_parallel_refused and the answer's capacity (what fits when nothing does); 6 adds "one card or two?" (cards: measured runs on one GPU and
 # several, or the write-up's anecdote, labelled); 5 adds each candidate's measured start (did it
 # start on a GPU like this one, the launches it rests on, its start-up time and memory after load, a contradiction of the
 # facts table); 4 adds the verdict's reasons (why), each candidate's launch command,
@@ -531,8 +531,6 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         elif workload.priority in ECONOMY:
             read = cost if workload.priority == COST else energy
             value, value_text, value_how = economy_priority(read) if read is not None else (None, "", "none")
-            if read is None and fit.fits and not refusals:  # no price: said, never assumed
-                value_text = NEEDS_PRICE
         else:
             value, value_text, value_how = _priority(workload.priority, perf.metrics, fit)
 
@@ -558,8 +556,9 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         for flag in sorted({f for ref in perf.evidence for f in ref.flags}):
             reasons.append(f"These figures are {flag}.")
         reasons += [chk.note for chk in checks.values()]
+        ranked_on = value_text if workload.priority in ECONOMY else None  # said once, as what it is ranked by
         reasons += [f"{figure(r.figure).metric.name}: {r.text[0].lower() + r.text[1:]}".rstrip(".") + "."
-                    for r in (energy, cost) if r is not None]
+                    for r in (energy, cost) if r is not None and r.text != ranked_on]
         reasons.append(quality_sentence(c, quality_read.reads[c.key]))
         if refusals or not fit.fits:
             reasons.append("Not recommended: it " + ("cannot start on this GPU." if refusals

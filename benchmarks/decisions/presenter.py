@@ -2,11 +2,11 @@
 
 Saved results are read through `result_from_stored`, which reads every version the advisor has
 written (Recommendation.to_dict: 8 adds each candidate's energy per output token and cost per
-million output tokens, the price and the comparison with a rented GPU; 5 adds each candidate's measured start, launches, start-up and
-measured memory after load; 4 adds the verdict's three reasons, each candidate's launch command,
-estimate, releases and capacity; 3 adds each candidate's quality and the quality basis; 2 names
-figures as the metric catalogue does; 1, with no "version", named them ttft_p50_ms, decode_tok_s,
-...). Labels and units are the catalogue's.
+million output tokens, the price and the comparison with a rented GPU; 5 adds each candidate's
+measured start, launches, start-up and measured memory after load; 4 adds the verdict's three
+reasons, each candidate's launch command, estimate, releases and capacity; 3 adds each
+candidate's quality and the quality basis; 2 names figures as the metric catalogue does; 1, with
+no "version", named them ttft_p50_ms, decode_tok_s, ...). Labels and units are the catalogue's.
 """
 from __future__ import annotations
 
