@@ -30,11 +30,11 @@ from .specs import GpuSpec
 ENERGY, COST = "lowest_energy", "lowest_cost"  # the priorities ranked on these reads (specs.PRIORITY)
 ECONOMY = (ENERGY, COST)
 READ = ("measured", "published", "interpolated")  # read from data at this load, not estimated
-# The share of its maximum board power a GPU draws while it serves: the estimate's band.
+# The share of its maximum board power a GPU draws while it serves: the estimate's band. A GPU
+# serving an LLM draws less than its board power: this project's H200 drew at most 446 W of its
+# 700 W serving llama.cpp at 1 and 8 users (benchmarks/engine/results/gpu_check_h200.json), about
+# 2.18 J/token at ~200 tok/s and 0.99 J/token at ~430 tok/s (energy_h200.json): some 60 %.
 POWER_SHARE = (0.4, 1.0)
-POWER_SHARE_WHY = ("a GPU serving an LLM draws less than its maximum board power: this project's H200 drew at most "
-                   "446 W of its 700 W serving llama.cpp at 1 and 8 users (benchmarks/engine/results/"
-                   "gpu_check_h200.json)")
 NEEDS_PRICE = ("ranking on cost per million output tokens needs a price: state your GPU's price per hour (owned: "
                "amortisation, with electricity per kWh; rented: the provider's rate); none is assumed")
 
