@@ -32,8 +32,8 @@ ECONOMY = (ENERGY, COST)
 READ = ("measured", "published", "interpolated")  # read from data at this load, not estimated
 # The share of its maximum board power a GPU draws while it serves: the estimate's band. A GPU
 # serving an LLM draws less than its board power: this project's H200 drew at most 446 W of its
-# 700 W serving llama.cpp at 1 and 8 users (benchmarks/engine/results/gpu_check_h200.json), about
-# 2.18 J/token at ~200 tok/s and 0.99 J/token at ~430 tok/s (energy_h200.json): some 60 %.
+# 700 W serving llama.cpp at 1 and 8 users (benchmarks/engine/results/gpu_check_h200.json), and on
+# average 393 W at 1 user and 347 W at 8 by its energy counter (energy_h200.json): 50 % to 56 %.
 POWER_SHARE = (0.4, 1.0)
 NEEDS_PRICE = ("ranking on cost per million output tokens needs a price: state your GPU's price per hour (owned: "
                "amortisation, with electricity per kWh; rented: the provider's rate); none is assumed")
