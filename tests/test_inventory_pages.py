@@ -40,6 +40,12 @@ def test_a_member_reads_the_inventory_with_what_a_run_needs(client):
     page = client.get(reverse("inventory")).content.decode()
     assert "0: Tesla V100-PCIE-16GB · 16384 MiB · CC 7.0" in row(page, "hosts", "v100-box")
     assert "/opt/llama.cpp/bin/llama-server" in row(page, "hosts", "v100-box")
+    assert "none stated" in row(page, "hosts", "v100-box")
+    host.price_ownership, host.price_per_hour, host.price_per_kwh = "owned", 0.2, 0.3
+    host.save()
+    priced = row(client.get(reverse("inventory")).content.decode(), "hosts", "v100-box")
+    assert "owned: 0.20 USD/h amortisation, 0.30 USD/kWh" in priced
+    assert f'{reverse("decision-new")}?host={host.pk}' in priced
     assert "fp8_e4m3" in row(page, "models", e.variant.model.name) or e.variant.name in row(
         page, "models", e.variant.model.name)
     endpoint_row = row(page, "endpoints", "vllm-fp8")
