@@ -204,3 +204,17 @@ def test_the_forms_put_boxes_beside_their_labels_and_show_one_load_mode(browser,
     screenshot(page, "compare-form-1366")
     assert page.evaluate(OVERFLOW) == []
     assert page.js_errors == []
+
+
+def test_a_decision_on_cost_against_a_rented_gpu_reads_well_at_both_sizes(browser, live_server):
+    decision = decide({**V100, "priority": "lowest_cost", "price_ownership": "owned", "price_per_hour": "0.20",
+                       "price_per_kwh": "0.30", "price_currency": "USD", "rent_gpu": "H100 (SXM)",
+                       "rent_per_hour": "2.50", "rent_gpu_count": "1"}, owner=user("carol"))
+    for size, page in pages(browser):
+        page.goto(live_server.url + decision.get_absolute_url())
+        page.wait_for_load_state("networkidle")
+        screenshot(page, f"decision-cost-{size}")
+        assert page.evaluate(OVERFLOW) == [], size
+        answer = page.locator("#price-answer")
+        assert "USD per million output tokens" in answer.inner_text()
+        assert page.locator("#price-comparison table").bounding_box()["width"] <= SCREENS[size]["width"]
