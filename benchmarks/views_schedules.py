@@ -97,7 +97,9 @@ def history_page(request, fingerprint: str):
     return render(request, "benchmarks/history.html", {
         "fingerprint": fingerprint, "description": description, "points": list(reversed(points)),
         "figures": catalogue.HISTORY_FIGURES, "thresholds": history.thresholds(),
-        "chart_list": [(f.name, f.metric.name) for f in catalogue.HISTORY_FIGURES]})
+        # A chart for each figure some run measured: no empty energy chart where no GPU was read.
+        "chart_list": [(f.name, f.metric.name) for f in catalogue.HISTORY_FIGURES
+                       if any(p["figures"][f.name] is not None for p in points)]})
 
 
 @permalink

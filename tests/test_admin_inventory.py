@@ -38,7 +38,7 @@ def test_gpus_are_found_in_the_host_list_and_edited_on_their_host(client):
 def test_a_host_is_registered_with_its_gpus_inline(client):
     client.force_login(user("root", staff=True))
     data = {"name": "v100-box", "hostname": "gpu1.lab", "queue_name": "", "interconnect": "pcie",
-            "created_0": "2026-11-29", "created_1": "12:00:00",
+            "created_0": "2026-11-29", "created_1": "12:00:00", "price_currency": "USD",  # the form's default
             "gpus-TOTAL_FORMS": "2", "gpus-INITIAL_FORMS": "0", "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000"}
     for i in range(2):
         data.update({f"gpus-{i}-index": i, f"gpus-{i}-name": "Tesla V100-PCIE-16GB",

@@ -74,10 +74,16 @@ def test_an_owned_hosts_cost_adds_the_measured_energy_at_its_electricity_price(c
         assert lv.cost_per_mtok == pytest.approx(expected)
 
 
-def test_the_history_shows_energy_per_token_beside_the_speed():
+def test_the_history_shows_energy_per_token_beside_the_speed_and_charts_it_only_where_measured(client):
     run = _run()
     level = run.levels.order_by("level_index").first()
     if not level.fingerprint:
         pytest.fail("the measured run's levels have no workload fingerprint")
     points = history.history_points(level.fingerprint)
     assert [p["figures"]["energy_per_token_j"] for p in points if p["level"].id == level.id] == [pytest.approx(0.125)]
+    energy_chart = reverse("history-chart", args=[level.fingerprint, "energy_per_token_j", "json"])
+    assert energy_chart in client.get(reverse("history", args=[level.fingerprint])).content.decode()
+    unmeasured = measured_run([endpoint(name="no-gpu")], levels=(1,), requests=5).levels.get()
+    page = client.get(reverse("history", args=[unmeasured.fingerprint])).content.decode()
+    assert reverse("history-chart", args=[unmeasured.fingerprint, "ttft_ms_p50", "json"]) in page
+    assert "energy_per_token_j" not in page.split('id="history-points"')[0]  # no chart of nothing

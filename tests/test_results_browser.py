@@ -21,7 +21,7 @@ def test_a_logged_out_colleague_opens_a_run_and_every_chart_draws(page, live_ser
     page.goto(live_server.url + run.get_absolute_url())
     assert "Log in" in page.locator("header").inner_text()  # not logged in
     charts = page.locator(".chart")
-    assert charts.count() == 7  # throughput, TTFT, TPOT, end-to-end, timeline, GPU, server
+    assert charts.count() == 8  # throughput, energy (the GPU's power was sampled), TTFT, TPOT, end-to-end, timeline, GPU, server
     page.wait_for_function("() => [...document.querySelectorAll('.chart')].every(c => c.dataset.drawn === 'true')",
                            timeout=30000)
     assert page.locator("#chart-throughput .main-svg").count() >= 1
