@@ -892,12 +892,13 @@ class LevelResult(models.Model):
         price = self.endpoint.host.hourly_price
         return price.per_million_tokens(self.stats.wall_s, self.gpu.joules, self.stats.output_tokens) if price else None
 
+    # The catalogue figures a level computes itself (its GPUs' energy, its host's price), not
+    # read from its summary.
+    OWN_FIGURES = ("energy_per_token_j", "tokens_per_joule", "cost_per_mtok")
+
     def figure(self, f) -> float | None:
-        """A catalogue figure (catalogue.Figure) of this level: from its summary, or from its GPUs'
-        energy and its host's price."""
-        if f.metric.source in ("gpu", "cost") and f.key != "peak_memory_gib":
-            return getattr(self, f.key)
-        return self.stats.figure(f)
+        """A catalogue figure (catalogue.Figure) of this level."""
+        return getattr(self, f.key) if f.key in self.OWN_FIGURES else self.stats.figure(f)
 
     def energy_and_cost(self) -> dict:
         """Its energy and cost figures as the export and the API give them."""
