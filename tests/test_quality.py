@@ -95,6 +95,37 @@ def test_kl_divergence_over_the_whole_top_list_is_the_exact_kl(simulator):
     assert r["reference_top_k_missing_share"] == 0.0
 
 
+def test_the_top_k_is_as_large_as_the_server_allows(simulator):
+    # vLLM refuses more than its --max-logprobs and says its cap; llama-server caps nothing, so
+    # the product's ceiling applies.
+    capped = score_reference(simulator(dialect="vllm", max_logprobs=20), "vllm", n_ctx=32, chunks=2)
+    assert capped.top_k == 20 and capped.result.settings["top_k"] == 20
+    assert max(len(p.top) for w in capped.scored for p in w) == 20
+    free = score_reference(simulator(dialect="llamacpp"), "llamacpp", n_ctx=32, chunks=2)
+    assert free.top_k == quality.TOP_K_CEILING == 100
+    assert max(len(p.top) for w in free.scored for p in w) == RANKED  # all the known model ranks
+
+
+def test_a_server_that_allows_fewer_than_the_reference_is_compared_over_its_own_top_k(simulator):
+    ref = score_reference(simulator(dialect="vllm", sharpness=1.0), "vllm", n_ctx=32, chunks=2)
+    assert ref.top_k == 100
+    result = run(simulator(dialect="vllm", sharpness=1.3, max_logprobs=20), "vllm", reference=ref, n_ctx=32, chunks=2)
+    assert result.settings["top_k"] == 20 and result.reference["top_k"] == 20
+    # KL over the reference's 20 most likely tokens and the actual one, plus one bucket for the
+    # rest of the vocabulary, computed here from the known model.
+    tokens, kls = sim_tokens(TEXT.text), []
+    for c in range(2):
+        w = tokens[c * 32:(c + 1) * 32]
+        for j in range(16, 31):
+            listed = {candidate(w[j], r) for r in range(20)} | {w[j + 1]}
+            p = {t: math.exp(logprob(w[j], t, 1.0)) for t in listed}
+            q = {t: math.exp(logprob(w[j], t, 1.3)) for t in listed}
+            p_rest, q_rest = 1 - sum(p.values()), 1 - sum(q.values())
+            kls.append(sum(p[t] * math.log(p[t] / q[t]) for t in listed) + p_rest * math.log(p_rest / q_rest))
+    assert result.reference["kl_mean"] == pytest.approx(sum(kls) / len(kls), rel=1e-6)
+    assert result.reference["reference_top_k_missing_share"] == 0.0
+
+
 def test_a_server_against_itself_has_zero_divergence_and_full_agreement(simulator):
     a, b = simulator(dialect="llamacpp", sharpness=0.9), simulator(dialect="llamacpp", sharpness=0.9)
     r = run(a, "llamacpp", reference=b, n_ctx=32, chunks=2).reference
@@ -149,8 +180,9 @@ def test_the_reference_is_scored_once_and_compared_with_after_its_server_stopped
     kl_far = run(far, "vllm", reference=scores, n_ctx=32, chunks=2).reference
     assert 0 < kl_near["kl_mean"] < kl_far["kl_mean"]
     assert kl_near["perplexity"] == scores.result.perplexity
-    # /v1/models, one probe, the text tokenized twice, two windows, two greedy prompts: once.
-    assert requests == 1 + 1 + 2 + 2 + 2
+    # /v1/models, the top-k probe, one tokenizer probe, the text tokenized twice, two windows,
+    # two greedy prompts: once.
+    assert requests == 1 + 1 + 1 + 2 + 2 + 2
 
 
 def test_the_comparison_is_refused_on_another_text_or_other_windows(simulator):

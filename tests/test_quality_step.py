@@ -6,7 +6,6 @@ tokenizer, a server that dies) stored per endpoint with the speed levels kept; c
 killed worker resumed without measuring a stored endpoint again."""
 import csv
 import io
-import json
 import math
 import os
 import signal
@@ -21,9 +20,11 @@ from benchmarks.models import EvaluationText, QualityMeasurement, Run
 from conftest import spawn_worker, stop_worker, worker_env
 from factories import endpoint, run_form, user
 from test_fault_tolerance import FAST_RECOVERY, faults_queue, finished, wait_for  # noqa: F401 (a fixture)
-from test_quality import TEXT, candidate, expected_perplexity, logprob, sim_tokens
+from test_quality import RANKED, TEXT, VOCAB, candidate, expected_perplexity, logprob, sim_tokens
 
-TOP_K = quality.DEFAULT_TOP_K
+# The product asks a llama-server (which caps nothing) for quality.TOP_K_CEILING tokens per
+# position; the known model lists the RANKED ones it ranks.
+TOP_K = RANKED
 QUALITY = {"quality": "on", "quality_ctx": 32, "quality_chunks": 3}
 
 
@@ -113,6 +114,15 @@ def test_without_the_checkbox_the_quality_fields_are_ignored():
 
 
 # ---------------------------------------------------------------------------------- through the worker
+def tail_mass(prev: int, listed: set, sharpness: float) -> float:
+    """The known model's probability of every token not listed, summed exactly (1 - the listed
+    mass rounds to nothing when every ranked token is listed)."""
+    ranked = {candidate(prev, r) for r in range(RANKED)}
+    unranked_left = VOCAB - len(ranked | listed)
+    return (sum(math.exp(logprob(prev, t, sharpness)) for t in ranked - listed)
+            + unranked_left * math.exp(logprob(prev, -1, sharpness)))
+
+
 def known_figures(text: str, n_ctx: int, chunks: int, sharp_ref: float, sharp_test: float) -> dict:
     """The quality figures of a llama.cpp simulator (a BOS, one token per word) of sharpness
     `sharp_test` against one of `sharp_ref`, from the KnownModel's formula and the definitions
@@ -127,7 +137,7 @@ def known_figures(text: str, n_ctx: int, chunks: int, sharp_ref: float, sharp_te
             listed = {candidate(w[j], r) for r in range(TOP_K)} | {w[j + 1]}
             p = {t: math.exp(logprob(w[j], t, sharp_ref)) for t in listed}
             q = {t: math.exp(logprob(w[j], t, sharp_test)) for t in listed}
-            tail_p, tail_q = 1 - sum(p.values()), 1 - sum(q.values())
+            tail_p, tail_q = (tail_mass(w[j], listed, s) for s in (sharp_ref, sharp_test))
             kls.append(sum(p[t] * math.log(p[t] / q[t]) for t in listed) + tail_p * math.log(tail_p / tail_q))
     ordered = sorted(kls)
     return {"perplexity_ref": expected_perplexity(tokens, n_ctx, chunks, 1, sharp_ref)[0],
@@ -172,6 +182,7 @@ def test_a_run_with_a_quality_step_lands_on_the_run_page_with_the_known_figures(
     assert r.reference["reference_top_k_missing_share"] == 0.0
     assert r.text["sha256"] == TEXT.sha256 and r.text["tokens"] == 1 + len(TEXT.text.split())
     assert r.settings["llama_perplexity"] == "-c 32 --chunks 3" and r.method == "teacher_forcing"
+    assert r.settings["top_k"] == own.settings["top_k"] == quality.TOP_K_CEILING
     assert r.value("quality_tok_s") > 0
 
     page = client.get(run.get_absolute_url()).content.decode()

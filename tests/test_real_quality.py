@@ -144,6 +144,9 @@ def test_perplexity_through_vllm_prompt_logprobs_equals_transformers_within_half
     theirs = math.exp(sum(nll) / len(nll))
     assert ours.tokens_scored == len(nll)
     assert ours.perplexity == pytest.approx(theirs, rel=0.005), (ours.perplexity, theirs)
+    # As many log-probabilities per position as the server allows: vLLM's --max-logprobs, 20 by
+    # default, read from its refusal of more.
+    assert ours.settings["top_k"] == 20
     print(f"\nvLLM prompt_logprobs perplexity {ours.perplexity:.2f}, transformers {theirs:.2f}; "
           f"{ours.tokens_per_s:.0f} tokens scored/s")
 
@@ -174,6 +177,8 @@ def test_a_run_with_a_quality_step_through_the_worker_compares_real_variants(gem
     ref, tested = rows["gemma-q8"], rows["gemma-q4"]
     assert ref.tokens_scored == tested.tokens_scored == 2 * (64 - 1 - 32)
     assert tested.reference["name"] == "gemma-q8" and tested.reference["perplexity"] == ref.perplexity
+    # llama-server caps no top-k: both list the product's ceiling of tokens per position.
+    assert ref.settings["top_k"] == tested.settings["top_k"] == tested.reference["top_k"] == quality.TOP_K_CEILING
     # The Q8_0 file is a requantized copy of the Q4_K_M one: nearly the same model.
     assert abs(tested.perplexity - ref.perplexity) < 0.05 * ref.perplexity
     assert 0 <= tested.value("kl_mean") < 0.05 and tested.value("same_top_share") > 0.8

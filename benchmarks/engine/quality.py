@@ -21,7 +21,8 @@ How a position is scored depends on what the server can say:
   window pinned to one slot (`id_slot`), each step costs one token of prefill; windows are
   spread over the server's slots.
 
-KL divergence over the top-k of the reference: KL(P||Q) summed over the reference's top-k
+KL divergence over the top-k of the reference (as large as both servers allow, at most
+TOP_K_CEILING; the result says which): KL(P||Q) summed over the reference's top-k
 tokens plus one bucket for the rest of the vocabulary (probability 1 - sum of the top-k on
 each side). Merging tokens into a bucket can only lower a divergence, so the figure is a
 lower bound of the full-vocabulary KL; a top-k token of the reference that the tested server
@@ -54,7 +55,11 @@ from . import backends
 
 DEFAULT_CTX = 512
 DEFAULT_CHUNKS = 16
-DEFAULT_TOP_K = 20
+# The top-k asked of a server is as large as it allows (vLLM caps it at its --max-logprobs, 20 by
+# default, and says so when asked for more), at most this: each position's answer lists every
+# one of them (~70 bytes each from llama-server), and the larger the top-k, the less the KL's
+# tail bucket hides.
+TOP_K_CEILING = 100
 AGREEMENT_PROMPTS = 8
 AGREEMENT_PROMPT_TOKENS = 64
 AGREEMENT_TOKENS = 32
@@ -161,7 +166,7 @@ class Scorer:
     """One endpoint, as the quality step talks to it."""
 
     def __init__(self, client: httpx.AsyncClient, base_url: str, backend: str, model: str = "",
-                 top_k: int = DEFAULT_TOP_K):
+                 top_k: int = TOP_K_CEILING):
         self.client = client
         self.base_url = base_url.rstrip("/")
         self.backend = backends.get(backend)
@@ -187,6 +192,22 @@ class Scorer:
         if not ids:
             raise QualityError("/v1/models lists no model")
         self.model = ids[0]
+
+    async def allowed_top_k(self, wanted: int) -> int:
+        """`wanted`, or the server's own smaller cap where it has one (said in its refusal of a
+        small scoring request that asks for `wanted`)."""
+        probe = self.backend.top_k_probe(self.model, wanted)
+        if probe is None:
+            return wanted
+        path, body = probe
+        self.requests += 1
+        answer = await self.client.post(self.base_url + path, json=body)
+        if answer.status_code == 200:
+            return wanted
+        cap = self.backend.read_top_k_cap(answer.text)
+        if cap is None:
+            raise QualityError(f"POST {path} asking a top-k of {wanted}: HTTP {answer.status_code}: {answer.text[:300]}")
+        return max(1, min(cap, wanted))
 
     async def tokenize(self, text: str, special: bool) -> list[int]:
         for path, body in self.backend.tokenize_requests(self.model, text, special=special):
@@ -320,8 +341,17 @@ def _kl_position(ref: Position, test: Position) -> tuple[float, bool]:
     return max(kl, 0.0), bool(missing)
 
 
-def divergence(ref: list[list[Position]], test: list[list[Position]]) -> dict:
-    pairs = [(a, b) for wa, wb in zip(ref, test) for a, b in zip(wa, wb)]
+def _top_only(p: Position, k: int) -> Position:
+    """The position with only its `k` most likely listed tokens (the actual one's log-probability kept)."""
+    if len(p.top) <= k:
+        return p
+    return Position(p.token, p.logprob, dict(sorted(p.top.items(), key=lambda kv: kv[1], reverse=True)[:k]))
+
+
+def divergence(ref: list[list[Position]], test: list[list[Position]], top_k: int | None = None) -> dict:
+    """Against the reference's top-`top_k` (all it listed by default): a server that lists fewer
+    than the reference did is compared over as many as it lists."""
+    pairs = [(a if top_k is None else _top_only(a, top_k), b) for wa, wb in zip(ref, test) for a, b in zip(wa, wb)]
     if not pairs or any(a.token != b.token for a, b in pairs):
         raise QualityError("the two endpoints scored different tokens: their tokenizers differ")
     kls, missing, same_top = [], 0, 0
@@ -333,7 +363,8 @@ def divergence(ref: list[list[Position]], test: list[list[Position]]) -> dict:
     ordered = sorted(kls)
     return {"kl_mean": sum(kls) / len(kls), "kl_p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
             "kl_max": ordered[-1], "same_top_share": same_top / len(pairs), "positions": len(pairs),
-            "reference_top_k_missing_share": missing / len(pairs)}
+            "reference_top_k_missing_share": missing / len(pairs),
+            **({"top_k": top_k} if top_k is not None else {})}
 
 
 def _top(p: Position) -> int:
@@ -454,12 +485,16 @@ def greedy_prompts(windows: Windows, count: int) -> list[list[int]]:
     return [w[:AGREEMENT_PROMPT_TOKENS] for w in windows.windows[:count]]
 
 
-async def _scorer(client: httpx.AsyncClient, url: str, backend: str, model: str, top_k: int) -> Scorer:
-    scorer = Scorer(client, url, backend, model, top_k)
+async def _scorer(client: httpx.AsyncClient, url: str, backend: str, model: str, top_k: int | None,
+                  at_most: int = TOP_K_CEILING) -> Scorer:
+    """`top_k` None: as large as the server allows, at most `at_most`."""
+    scorer = Scorer(client, url, backend, model, top_k or at_most)
     if scorer.backend.quality_method is None:
         raise NotSupported(f"{scorer.backend.label} returns no log-probabilities of given tokens: "
                            "perplexity cannot be measured through this server")
     await scorer.resolve_model()
+    if top_k is None:
+        scorer.top_k = await scorer.allowed_top_k(at_most)
     return scorer
 
 
@@ -482,17 +517,18 @@ async def _perplexity_pass(scorer: Scorer, text: EvalText, n_ctx: int, chunks: i
 
 async def measure_reference(client: httpx.AsyncClient, url: str, backend: str, text: EvalText, *,
                             model: str = "", name: str = "", n_ctx: int = DEFAULT_CTX,
-                            chunks: int = DEFAULT_CHUNKS, top_k: int = DEFAULT_TOP_K,
+                            chunks: int = DEFAULT_CHUNKS, top_k: int | None = None,
                             agreement_prompts: int = AGREEMENT_PROMPTS, progress=None) -> ReferenceScores:
     """Score `text` through the reference endpoint once: its figures, and everything an endpoint
-    is compared with (its top-k at every position and its greedy continuations)."""
+    is compared with (its top-k at every position and its greedy continuations). `top_k` None:
+    as large as the server allows (at most TOP_K_CEILING)."""
     scorer = await _scorer(client, url, backend, model, top_k)
     probe = await scorer.tokenize(PROBE_TEXT, special=False)
     windows, scored, result = await _perplexity_pass(scorer, text, n_ctx, chunks, progress)
     greedy = [await greedy_tokens(scorer, p, AGREEMENT_TOKENS) for p in greedy_prompts(windows, agreement_prompts)]
     result.requests = scorer.requests
     return ReferenceScores(name=name or url, backend=scorer.backend.name, model=scorer.model, probe=probe,
-                           windows=windows, scored=scored, greedy=greedy, top_k=top_k, result=result)
+                           windows=windows, scored=scored, greedy=greedy, top_k=scorer.top_k, result=result)
 
 
 def _comparable(ref: ReferenceScores, text: EvalText, windows: Windows, probe: list[int]) -> str:
@@ -516,14 +552,17 @@ def _comparable(ref: ReferenceScores, text: EvalText, windows: Windows, probe: l
 
 
 async def measure(client: httpx.AsyncClient, url: str, backend: str, text: EvalText, *, model: str = "",
-                  n_ctx: int = DEFAULT_CTX, chunks: int = DEFAULT_CHUNKS, top_k: int = DEFAULT_TOP_K,
+                  n_ctx: int = DEFAULT_CTX, chunks: int = DEFAULT_CHUNKS, top_k: int | None = None,
                   reference: ReferenceScores | None = None, progress=None) -> QualityResult:
-    """Score `text` through the endpoint at `url`; with `reference` (from measure_reference, which
-    scored it once), also compare with it: over the reference's top-k, on its agreement prompts.
-    Perplexity is measured even when the comparison is refused (`reference_refused` says why)."""
+    """Score `text` through the endpoint at `url` (`top_k` None: as large as the server allows);
+    with `reference` (from measure_reference, which scored it once), also compare with it: over
+    the reference's top-k (or over fewer, as many as this server allows), on its agreement
+    prompts. Perplexity is measured even when the comparison is refused (`reference_refused`
+    says why)."""
     if reference is not None:
-        top_k = reference.top_k
-    scorer = await _scorer(client, url, backend, model, top_k)
+        scorer = await _scorer(client, url, backend, model, None, at_most=reference.top_k)
+    else:
+        scorer = await _scorer(client, url, backend, model, top_k)
     probe = await scorer.tokenize(PROBE_TEXT, special=False) if reference is not None else []
     windows, scored, out = await _perplexity_pass(scorer, text, n_ctx, chunks, progress)
     if reference is None:
@@ -535,7 +574,7 @@ async def measure(client: httpx.AsyncClient, url: str, backend: str, text: EvalT
     out.requests = scorer.requests
     out.reference = {"name": reference.name, "backend": reference.backend, "model": reference.model,
                      "perplexity": reference.result.perplexity,
-                     **divergence(reference.scored, scored),
+                     **divergence(reference.scored, scored, scorer.top_k),
                      "greedy": {"tokens": AGREEMENT_TOKENS, "prompt_tokens": AGREEMENT_PROMPT_TOKENS,
                                 **agreement(reference.greedy, mine)}}
     return out
@@ -550,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--text", help=f"UTF-8 text file to score (default: the built-in {BUILTIN_TEXT})")
     ap.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="window size in tokens (llama-perplexity -c)")
     ap.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS, help="windows to score (llama-perplexity --chunks)")
-    ap.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
+    ap.add_argument("--top-k", type=int, default=None,
+                    help=f"tokens listed per position (default: as many as the server allows, at most {TOP_K_CEILING})")
     ap.add_argument("--reference", help="a reference endpoint's root (same base model, higher precision)")
     ap.add_argument("--reference-backend")
     ap.add_argument("--reference-model", default="")

@@ -92,6 +92,7 @@ class SimConfig:
     sharpness: float = 1.0  # the known next-token model (KnownModel); 0 = uniform over the vocabulary
     token_offset: int = 0  # /tokenize answers ids shifted by this: a server with another tokenizer
     score_ms: float = 0.0  # each scoring request (quality: prompt_logprobs, n_probs) answers after this long
+    max_logprobs: int = 0  # vLLM's --max-logprobs: a larger prompt_logprobs is refused in its words (0 = no cap)
     # A prefix cache of blocks of this many prompt tokens (0 = none): a prompt's leading whole
     # blocks seen before are not computed again (no prefill cost), as vLLM's automatic prefix caching.
     prefix_cache_block: int = 0
@@ -308,7 +309,13 @@ class Simulator:
             if cfg.score_ms:
                 await asyncio.sleep(cfg.score_ms / 1000)
             try:
-                return await self.respond(writer, 200, self.score(path, json.loads(body or b"{}")), close)
+                req = json.loads(body or b"{}")
+                asked = req.get("prompt_logprobs")
+                if cfg.max_logprobs and isinstance(asked, int) and asked > cfg.max_logprobs:
+                    return await self.respond(writer, 400, {"error": {"type": "BadRequestError", "message": (
+                        f"Requested prompt logprobs of {asked}, which is greater than max allowed: "
+                        f"{cfg.max_logprobs}")}}, close)
+                return await self.respond(writer, 200, self.score(path, req), close)
             except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
                 return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):

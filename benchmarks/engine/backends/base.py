@@ -153,6 +153,15 @@ class Backend:
     # forced to the actual one, with the top-k beside it) or None (it cannot).
     quality_method: str | None = None
 
+    def top_k_probe(self, model: str, k: int) -> tuple[str, dict] | None:
+        """(path, body) of a small scoring request that asks a top-k of `k`, to learn whether the
+        server caps the top-k; None: it sets no cap (llama-server lists as many as asked)."""
+        return None
+
+    def read_top_k_cap(self, refusal: str) -> int | None:
+        """The cap that the server's refusal of that request states; None when it states none."""
+        return None
+
     def greedy_request(self, model: str, prompt: list[int], n: int) -> tuple[str, dict]:
         """(path, body) of a non-streamed request that generates `n` tokens greedily."""
         return "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0.0,

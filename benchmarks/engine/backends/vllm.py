@@ -2,6 +2,8 @@
 renamed)."""
 from __future__ import annotations
 
+import re
+
 from benchmarks.engine import multi_gpu
 
 from .base import SAFE_ENV, Backend, register
@@ -44,6 +46,15 @@ class VLLM(Backend):
         return [("/tokenize", {"model": model, "prompt": text, "add_special_tokens": special})]
 
     quality_method = "prompt_logprobs"
+
+    def top_k_probe(self, model: str, k: int) -> tuple[str, dict] | None:
+        return "/v1/completions", {"model": model, "prompt": [0, 0], "max_tokens": 1, "prompt_logprobs": k}
+
+    def read_top_k_cap(self, refusal: str) -> int | None:
+        # Its --max-logprobs (20 by default): "Requested prompt logprobs of 100, which is greater
+        # than max allowed: 20".
+        found = re.search(r"greater than max allowed: (\d+)", refusal)
+        return int(found.group(1)) if found else None
 
     def greedy_request(self, model: str, prompt: list[int], n: int) -> tuple[str, dict]:
         path, body = super().greedy_request(model, prompt, n)
