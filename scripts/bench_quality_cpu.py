@@ -84,6 +84,28 @@ def score(url: str, backend: str, ctx: int, chunks: int) -> dict:
             "perplexity": result["perplexity"], "settings": result["settings"], "text": result["text"]}
 
 
+def server_ceiling(url: str, parallel: int, n_probs: int, tokens: int = 200) -> dict:
+    """What llama-server itself does at this --parallel, with no client in the way: every slot
+    generating `tokens` greedy tokens at once (its own timings), with `n_probs` listed per token.
+    Teacher forcing at this --parallel cannot beat this rate."""
+    import asyncio
+
+    async def go():
+        async with httpx.AsyncClient(timeout=600) as client:
+            async def one(slot):
+                answer = await client.post(url + "/completion", json={
+                    "prompt": f"Story {slot}: once upon a time", "n_predict": tokens, "ignore_eos": True,
+                    "temperature": 0.0, "n_probs": n_probs, "id_slot": slot, "cache_prompt": False})
+                return answer.json()["timings"]
+            t0 = time.perf_counter()
+            timings = await asyncio.gather(*(one(s) for s in range(parallel)))
+            return time.perf_counter() - t0, timings
+    seconds, timings = asyncio.run(go())
+    return {"streams": parallel, "tokens_each": tokens, "n_probs": n_probs, "seconds": round(seconds, 2),
+            "tokens_per_s": round(parallel * tokens / seconds, 1),
+            "server_ms_per_token": [round(t["predicted_per_token_ms"], 1) for t in timings]}
+
+
 def tool_pass(ctx: int, chunks: int) -> dict:
     """llama-perplexity itself on the same GGUF, text and windows: what the lab's quality step runs
     for a server it started from a GGUF file."""
@@ -128,7 +150,8 @@ def main() -> int:
             out["passes"][f"llamacpp-p{parallel}"] = {
                 "server": "llama-server (llama-cpp-python 0.3.36's llama.cpp, GGML_NATIVE=OFF), Gemma 3 270M Q4_K_M, "
                           + " ".join(flags),
-                "method": "teacher_forcing", **score(url, "llamacpp", a.ctx, a.chunks)}
+                "method": "teacher_forcing", **score(url, "llamacpp", a.ctx, a.chunks),
+                "server_alone": [server_ceiling(url, parallel, n) for n in (0, 20)]}
         finally:
             stop(proc)
     if a.tool:
