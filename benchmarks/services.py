@@ -527,7 +527,7 @@ def _quality_call(run: Run, endpoint: Endpoint, loop: asyncio.AbstractEventLoop,
     timeouts = Timeouts(connect=settings.REQUEST_CONNECT_TIMEOUT_S, first_byte=settings.REQUEST_READ_TIMEOUT_S,
                         total=settings.REQUEST_TOTAL_TIMEOUT_S)
     session = Session(endpoint.target(), run.workload(), timeouts,
-                      loads=[Load(concurrency=quality_engine.MAX_STREAMS)], addresses=addresses or endpoint_addresses())
+                      loads=[Load(concurrency=quality_engine.MAX_STREAMS * quality_engine.PIPELINE)], addresses=addresses or endpoint_addresses())
     role = " (reference)" if endpoint.id == run.quality_reference_id else ""
     total = run.quality_positions
     _note(run, f"quality: {endpoint.name}{role}: preflight")

@@ -126,6 +126,17 @@ def test_a_server_that_allows_fewer_than_the_reference_is_compared_over_its_own_
     assert result.reference["reference_top_k_missing_share"] == 0.0
 
 
+def test_teacher_forcing_keeps_the_next_position_queued_at_each_slot(simulator):
+    # Each scoring answer takes 0.2 s: a slot whose next request is sent only after the last
+    # answer came back would never hold two. The figures are the known model's all the same.
+    sim = simulator(dialect="llamacpp", slots=2, score_ms=200)
+    result = run(sim, "llamacpp", n_ctx=32, chunks=2)
+    assert sim.stats()["scoring_per_slot_max"] == quality.PIPELINE == 2
+    tokens = [1] + sim_tokens(TEXT.text)
+    assert result.perplexity == pytest.approx(expected_perplexity(tokens, 32, 2, 1, 1.0)[0], rel=1e-9)
+    assert result.tokens_scored == 2 * 15 and result.requests == 2 + 2 * 15  # the text tokenized twice, each position
+
+
 def test_a_server_against_itself_has_zero_divergence_and_full_agreement(simulator):
     a, b = simulator(dialect="llamacpp", sharpness=0.9), simulator(dialect="llamacpp", sharpness=0.9)
     r = run(a, "llamacpp", reference=b, n_ctx=32, chunks=2).reference

@@ -64,6 +64,10 @@ AGREEMENT_PROMPTS = 8
 AGREEMENT_PROMPT_TOKENS = 64
 AGREEMENT_TOKENS = 32
 MAX_STREAMS = 16  # requests in flight at most: windows (vLLM) or slots (llama.cpp) scored at once
+# Teacher-forcing requests in flight per llama-server slot: the next position is already queued
+# at the server while one is scored, so a slot never idles for the client's round trip (on an
+# H200, 4 slots scored 36-41 % more positions per second than with one request per slot).
+PIPELINE = 2
 BUILTIN_TEXT = "python-docs"
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 1234567890 naïve café – ∑ ✓ 東京"
 
@@ -269,14 +273,25 @@ class Scorer:
         async def worker(slot: int) -> None:
             while not queue.empty():
                 i = queue.get_nowait()
-                window, scored = windows.windows[i], []
-                for j in range(windows.first, windows.n_ctx - 1):
-                    # A window starts from an empty cache, as llama-perplexity clears it per chunk
-                    # (a slot warm from another window gave 1 % off); its later steps reuse it.
-                    scored.append(await self._forced_step(window[:j + 1], window[j + 1], slot,
-                                                          reuse=j > windows.first))
-                    if progress is not None:
-                        progress(1)
+                window, scored, in_flight = windows.windows[i], [], []
+                try:
+                    for j in range(windows.first, windows.n_ctx - 1):
+                        # A window starts from an empty cache, as llama-perplexity clears it per chunk
+                        # (a slot warm from another window gave 1 % off); its later steps reuse it.
+                        # The server keeps a busy slot's next request until the slot is free (and
+                        # scores it right even if it arrives first: only its last token is new);
+                        # a window's first step is answered before its second is sent.
+                        in_flight.append(asyncio.ensure_future(self._forced_step(
+                            window[:j + 1], window[j + 1], slot, reuse=j > windows.first)))
+                        while len(in_flight) >= PIPELINE or (in_flight and j in (windows.first, windows.n_ctx - 2)):
+                            scored.append(await in_flight.pop(0))
+                            if progress is not None:
+                                progress(1)
+                finally:
+                    for left in in_flight:  # after a failure: the steps still out are not wanted
+                        if left.done() and not left.cancelled():
+                            left.exception()
+                        left.cancel()
                 results[i] = scored
 
         await asyncio.gather(*(worker(s) for s in range(min(slots, MAX_STREAMS, len(windows.windows)))))

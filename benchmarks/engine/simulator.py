@@ -172,7 +172,9 @@ class Simulator:
         self.listener: socket.socket | None = None
         self.tasks: set[asyncio.Task] = set()
         # What the server saw (GET /_stats).
-        self.stats = {"connections": 0, "open_connections": 0, "requests": 0, "dropped": 0, "unauthorized": 0}
+        self.stats = {"connections": 0, "open_connections": 0, "requests": 0, "dropped": 0, "unauthorized": 0,
+                      "scoring_per_slot_max": 0}  # the most scoring requests for one id_slot at once
+        self.scoring_per_slot: dict = {}
         self.fail_paths = {path.strip(): int(status) for path, _, status in
                            (item.rpartition("=") for item in config.fail_paths.split(",") if item.strip())}
 
@@ -306,10 +308,20 @@ class Simulator:
         if method == "POST" and (path == "/completion" and backend.quality_method == "teacher_forcing"
                                  or path == "/v1/completions" and backend.quality_method == "prompt_logprobs"
                                  and not _streamed(body)):
-            if cfg.score_ms:
-                await asyncio.sleep(cfg.score_ms / 1000)
             try:
                 req = json.loads(body or b"{}")
+            except ValueError as exc:
+                return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
+            slot = req.get("id_slot") if isinstance(req, dict) else None
+            slot = slot if isinstance(slot, int) else None
+            self.scoring_per_slot[slot] = self.scoring_per_slot.get(slot, 0) + 1
+            self.stats["scoring_per_slot_max"] = max(self.stats["scoring_per_slot_max"], self.scoring_per_slot[slot])
+            try:
+                if cfg.score_ms:
+                    await asyncio.sleep(cfg.score_ms / 1000)
+            finally:
+                self.scoring_per_slot[slot] -= 1
+            try:
                 asked = req.get("prompt_logprobs")
                 if cfg.max_logprobs and isinstance(asked, int) and asked > cfg.max_logprobs:
                     return await self.respond(writer, 400, {"error": {"type": "BadRequestError", "message": (
