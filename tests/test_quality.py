@@ -106,6 +106,13 @@ def test_the_top_k_is_as_large_as_the_server_allows(simulator):
     assert max(len(p.top) for w in free.scored for p in w) == RANKED  # all the known model ranks
 
 
+def test_vllm_s_cap_is_read_from_either_wording_of_its_refusal():
+    vllm = quality.backends.get("vllm")
+    assert vllm.read_top_k_cap("Requested prompt logprobs of 100, which is greater than max allowed: 20") == 20
+    assert vllm.read_top_k_cap("Cannot request more than 5 logprobs.") == 5  # before its V1 engine
+    assert vllm.read_top_k_cap("prompt_logprobs must be an integer") is None
+
+
 def test_a_server_that_allows_fewer_than_the_reference_is_compared_over_its_own_top_k(simulator):
     ref = score_reference(simulator(dialect="vllm", sharpness=1.0), "vllm", n_ctx=32, chunks=2)
     assert ref.top_k == 100
@@ -131,7 +138,9 @@ def test_teacher_forcing_keeps_the_next_position_queued_at_each_slot(simulator):
     # answer came back would never hold two. The figures are the known model's all the same.
     sim = simulator(dialect="llamacpp", slots=2, score_ms=200)
     result = run(sim, "llamacpp", n_ctx=32, chunks=2)
-    assert sim.stats()["scoring_per_slot_max"] == quality.PIPELINE == 2
+    stats = sim.stats()
+    assert stats["scoring_per_slot_max"] == quality.PIPELINE == 2
+    assert stats["reused_during_fresh"] == 0  # a window's first step, from an empty cache, is answered first
     tokens = [1] + sim_tokens(TEXT.text)
     assert result.perplexity == pytest.approx(expected_perplexity(tokens, 32, 2, 1, 1.0)[0], rel=1e-9)
     assert result.tokens_scored == 2 * 15 and result.requests == 2 + 2 * 15  # the text tokenized twice, each position

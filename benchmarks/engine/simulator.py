@@ -173,8 +173,12 @@ class Simulator:
         self.tasks: set[asyncio.Task] = set()
         # What the server saw (GET /_stats).
         self.stats = {"connections": 0, "open_connections": 0, "requests": 0, "dropped": 0, "unauthorized": 0,
-                      "scoring_per_slot_max": 0}  # the most scoring requests for one id_slot at once
+                      "scoring_per_slot_max": 0,  # the most scoring requests for one id_slot at once
+                      # requests reusing a slot's cache that came while a fresh one (cache_prompt
+                      # false: a window's first step) was still being scored on it
+                      "reused_during_fresh": 0}
         self.scoring_per_slot: dict = {}
+        self.fresh_per_slot: dict = {}
         self.fail_paths = {path.strip(): int(status) for path, _, status in
                            (item.rpartition("=") for item in config.fail_paths.split(",") if item.strip())}
 
@@ -316,11 +320,16 @@ class Simulator:
             slot = slot if isinstance(slot, int) else None
             self.scoring_per_slot[slot] = self.scoring_per_slot.get(slot, 0) + 1
             self.stats["scoring_per_slot_max"] = max(self.stats["scoring_per_slot_max"], self.scoring_per_slot[slot])
+            fresh = isinstance(req, dict) and req.get("cache_prompt") is False
+            if not fresh and self.fresh_per_slot.get(slot):
+                self.stats["reused_during_fresh"] += 1
+            self.fresh_per_slot[slot] = self.fresh_per_slot.get(slot, 0) + fresh
             try:
                 if cfg.score_ms:
                     await asyncio.sleep(cfg.score_ms / 1000)
             finally:
                 self.scoring_per_slot[slot] -= 1
+                self.fresh_per_slot[slot] -= fresh
             try:
                 asked = req.get("prompt_logprobs")
                 if cfg.max_logprobs and isinstance(asked, int) and asked > cfg.max_logprobs:

@@ -52,8 +52,8 @@ class VLLM(Backend):
 
     def read_top_k_cap(self, refusal: str) -> int | None:
         # Its --max-logprobs (20 by default): "Requested prompt logprobs of 100, which is greater
-        # than max allowed: 20".
-        found = re.search(r"greater than max allowed: (\d+)", refusal)
+        # than max allowed: 20"; before its V1 engine, "Cannot request more than 20 logprobs."
+        found = re.search(r"(?:greater than max allowed:|request more than)\s*(\d+)", refusal)
         return int(found.group(1)) if found else None
 
     def greedy_request(self, model: str, prompt: list[int], n: int) -> tuple[str, dict]:
