@@ -13,6 +13,7 @@ Servers come from scripts/llm-servers.sh (built and cached on first use). Prints
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -88,8 +89,6 @@ def server_ceiling(url: str, parallel: int, n_probs: int, tokens: int = 200) -> 
     """What llama-server itself does at this --parallel, with no client in the way: every slot
     generating `tokens` greedy tokens at once (its own timings), with `n_probs` listed per token.
     Teacher forcing at this --parallel cannot beat this rate."""
-    import asyncio
-
     async def go():
         async with httpx.AsyncClient(timeout=600) as client:
             async def one(slot):
