@@ -10,6 +10,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_a_member_submits_a_run_watches_it_and_reads_the_results(page, live_server, simulator, celery_worker_process):
     sim = simulator(dialect="llamacpp", prefill_ms=30, decode_ms=40)
     endpoint(sim.url, name="llama-sim", backend="llamacpp", quantization="gguf_q4_k_m")
+    # What the run page showed each time it left itself (its reloads), kept across them.
+    page.add_init_script("""addEventListener('beforeunload', () => {
+        const status = document.getElementById('run-status');
+        if (!status) return;
+        const shown = JSON.parse(sessionStorage.getItem('shown') || '[]');
+        sessionStorage.setItem('shown', JSON.stringify(shown.concat([status.textContent])));
+    })""")
     log_in(page, live_server)
     page.check("text=llama-sim")
     page.fill("input[name=prompt_tokens]", "64")
@@ -23,6 +30,11 @@ def test_a_member_submits_a_run_watches_it_and_reads_the_results(page, live_serv
     assert page.locator("#queued-banner").count() == 0  # "Run queued" only while it is
     # ...and the results land when it finishes.
     page.wait_for_selector("#run-status.succeeded", timeout=60000)
+    # ...on the page the server rendered: the script reloads rather than writing a final status,
+    # so nothing is left to navigate once it reads "succeeded".
+    assert page.locator("#progress").get_attribute("data-finished") == "true"
+    shown_before_reload = page.evaluate("JSON.parse(sessionStorage.getItem('shown') || '[]')")
+    assert shown_before_reload and "succeeded" not in shown_before_reload, shown_before_reload
     rows = page.locator("#results tbody tr")
     assert rows.count() == 2
     assert page.locator("#results tbody tr[data-concurrency='2'] td[data-metric='aggregate_tok_s']").inner_text() not in ("", "—")

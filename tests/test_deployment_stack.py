@@ -299,8 +299,11 @@ def chromium(stack):
         browser.close()
 
 
-def new_page(chromium):
-    page = chromium.new_context(viewport={"width": 1366, "height": 900}).new_page()
+def new_page(browser_or_context):
+    """A page of a new context (a new visitor), or of a logged-in context (that member again)."""
+    if hasattr(browser_or_context, "new_context"):
+        browser_or_context = browser_or_context.new_context(viewport={"width": 1366, "height": 900})
+    page = browser_or_context.new_page()
     page.js_errors = []
     page.on("pageerror", lambda exc: page.js_errors.append(str(exc)))
     page.on("console", lambda msg: msg.type == "error" and page.js_errors.append(msg.text))
@@ -323,8 +326,10 @@ def admin_page(stack, chromium):
 
 
 @pytest.fixture(scope="module")
-def member_page(stack, chromium, admin_page):
-    """The staff member adds a colleague in the admin; she logs in."""
+def member(stack, chromium, admin_page):
+    """The staff member adds a colleague in the admin; she logs in. Her browser: each test opens
+    its pages in it, as tabs, because a run page left open reloads itself when a level lands and
+    would cut short the next page's navigation."""
     admin_page.goto(f"{stack.web_url}/admin/auth/user/add/")
     admin_page.fill("#id_username", MEMBER)
     admin_page.fill("#id_password1", MEMBER_PASSWORD)
@@ -333,7 +338,9 @@ def member_page(stack, chromium, admin_page):
     admin_page.wait_for_selector(".messagelist .success")
     page = new_page(chromium)
     log_in(page, stack, MEMBER, MEMBER_PASSWORD)
-    return page
+    context = page.context
+    page.close()
+    return context
 
 
 @pytest.fixture(scope="module")
@@ -364,9 +371,11 @@ def gpu_endpoint(stack) -> str:
     return "gpu-sim"
 
 
-def submit_run(page, stack: Stack, endpoints: list[str], levels: str = "1,2", requests: int = 4,
-               output_tokens: int = 10) -> str:
-    """Queue a run in the form, as a member does; returns its public id."""
+def submit_run(member, stack: Stack, endpoints: list[str], levels: str = "1,2", requests: int = 4,
+               output_tokens: int = 10):
+    """Queue a run in the form, in a new tab, as a member does; returns the tab, on the run page,
+    and the run's public id."""
+    page = new_page(member)
     page.goto(f"{stack.web_url}/runs/new/")
     for name in endpoints:
         page.check(f"label:has-text('{name}') input")
@@ -378,7 +387,15 @@ def submit_run(page, stack: Stack, endpoints: list[str], levels: str = "1,2", re
     page.fill("input[name=warmup_requests]", "1")
     page.click("text=Queue run")
     page.wait_for_url(re.compile(r".*/r/[A-Za-z0-9_-]+/$"))
-    return page.url.rstrip("/").rsplit("/", 1)[-1]
+    return page, page.url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def queue(member, stack: Stack, endpoints: list[str], **fields) -> str:
+    """submit_run, the tab closed: the run is followed in the database."""
+    page, public_id = submit_run(member, stack, endpoints, **fields)
+    assert page.js_errors == []
+    page.close()
+    return public_id
 
 
 def wait_until_served(stack: Stack, started: float, timeout: float = 90) -> None:
@@ -403,9 +420,8 @@ def test_web_serves_the_static_files_collected_and_compressed_in_the_image(stack
     assert int(plotly.headers["content-length"]) < 2_000_000
 
 
-def test_a_member_runs_a_benchmark_through_the_stack_in_chromium(stack, chromium, member_page, lab_endpoint):
-    page = member_page
-    public_id = submit_run(page, stack, [lab_endpoint], levels="1,2", requests=4)
+def test_a_member_runs_a_benchmark_through_the_stack_in_chromium(stack, chromium, member, lab_endpoint):
+    page, public_id = submit_run(member, stack, [lab_endpoint], levels="1,2", requests=4)
     page.wait_for_selector("#run-status.succeeded", timeout=90_000)
     assert page.locator("#results tbody tr").count() == 2
     cell = page.locator("#results tbody tr[data-concurrency='2'] td[data-metric='aggregate_tok_s']").inner_text()
@@ -422,8 +438,8 @@ def test_a_member_runs_a_benchmark_through_the_stack_in_chromium(stack, chromium
     assert anonymous.js_errors == []
 
 
-def test_a_gpu_hosts_worker_measures_the_run_routed_to_its_queue(stack, member_page, gpu_endpoint):
-    public_id = submit_run(member_page, stack, [gpu_endpoint], levels="1", requests=3)
+def test_a_gpu_hosts_worker_measures_the_run_routed_to_its_queue(stack, member, gpu_endpoint):
+    public_id = queue(member, stack, [gpu_endpoint], levels="1", requests=3)
     row = stack.wait_run(public_id, lambda r: r["status"] == "succeeded", 90, "succeeded")
     assert row["queue"] == f"host-{GPU_HOST}", row
     assert row["worker"].startswith(f"{GPU_HOST}@"), row
@@ -431,10 +447,10 @@ def test_a_gpu_hosts_worker_measures_the_run_routed_to_its_queue(stack, member_p
     assert probe and "no NVIDIA driver" in probe[0][0], probe  # this machine has none: said so
 
 
-def test_drill_restarting_redis_with_runs_queued_loses_none(stack, member_page, lab_endpoint):
-    busy = submit_run(member_page, stack, [lab_endpoint], levels="1,2", requests=6, output_tokens=40)
+def test_drill_restarting_redis_with_runs_queued_loses_none(stack, member, lab_endpoint):
+    busy = queue(member, stack, [lab_endpoint], levels="1,2", requests=6, output_tokens=40)
     stack.wait_run(busy, lambda r: r["status"] == "running", 60, "running")
-    queued = [submit_run(member_page, stack, [lab_endpoint], levels="1", requests=2) for _ in range(2)]
+    queued = [queue(member, stack, [lab_endpoint], levels="1", requests=2) for _ in range(2)]
     assert stack.run_row(busy)["status"] == "running"  # Redis goes away under a run being measured
     redis_llen = ["exec", "-T", "redis", "redis-cli", "--no-auth-warning", "LLEN", f"host-{LAB_HOST}"]
     assert stack.team(*redis_llen).stdout.strip() == "2"
@@ -459,10 +475,9 @@ def test_drill_restarting_redis_with_runs_queued_loses_none(stack, member_page, 
     assert {stack.run_row(p)["attempts"] for p in queued} == {1}
 
 
-def test_drill_killing_the_worker_mid_run_another_resumes_it(stack, member_page, lab_endpoint, gpu_endpoint):
+def test_drill_killing_the_worker_mid_run_another_resumes_it(stack, member, lab_endpoint, gpu_endpoint):
     # Two hosts: the shared queue, which both workers consume.
-    public_id = submit_run(member_page, stack, [lab_endpoint, gpu_endpoint], levels="1,2", requests=6,
-                           output_tokens=20)
+    public_id = queue(member, stack, [lab_endpoint, gpu_endpoint], levels="1,2", requests=6, output_tokens=20)
     first = stack.wait_run(public_id, lambda r: r["status"] == "running" and r["levels"] >= 1, 90, "a level stored")
     assert first["queue"] == "runs", first
     kept = {r[0] for r in stack.sql("SELECT l.id FROM benchmarks_levelresult l JOIN benchmarks_run r "
@@ -486,7 +501,7 @@ def test_drill_killing_the_worker_mid_run_another_resumes_it(stack, member_page,
     note(f"kill drill: `start` {victim} -> healthy", time.monotonic() - started)
 
 
-def test_drill_restarting_web_keeps_sessions_and_permalinks(stack, chromium, member_page):
+def test_drill_restarting_web_keeps_sessions_and_permalinks(stack, chromium, member):
     public_id = stack.public_ids.get("first")
     assert public_id, "needs the run of test_a_member_runs_a_benchmark_through_the_stack_in_chromium"
     started = time.monotonic()
@@ -497,6 +512,7 @@ def test_drill_restarting_web_keeps_sessions_and_permalinks(stack, chromium, mem
     stack.wait_healthy(["web"], 60)
     note("web drill: restart -> healthy", time.monotonic() - started)
     # Still logged in: the session lives in PostgreSQL and the key came from the secret file.
+    member_page = new_page(member)
     member_page.goto(f"{stack.web_url}/runs/new/")
     assert member_page.url == f"{stack.web_url}/runs/new/"
     assert member_page.locator("text=Queue run").count() == 1
@@ -506,7 +522,7 @@ def test_drill_restarting_web_keeps_sessions_and_permalinks(stack, chromium, mem
     assert anonymous.js_errors == [] and member_page.js_errors == []
 
 
-def test_drill_upgrading_runs_the_migrations_once_then_starts_the_new_web_and_worker(stack, chromium, member_page):
+def test_drill_upgrading_runs_the_migrations_once_then_starts_the_new_web_and_worker(stack, chromium, member):
     """The README's upgrade, `up -d --build`; --force-recreate stands in for a new image (this
     checkout has no newer commit to pull). PostgreSQL and Redis are left running."""
     public_id = stack.public_ids.get("first")
@@ -537,6 +553,7 @@ def test_drill_upgrading_runs_the_migrations_once_then_starts_the_new_web_and_wo
     stack.team("exec", "-T", "web", "python", "manage.py", "migrate", "--check")
     stack.wait_healthy(["web", "worker"], 90)
     note("upgrade drill: start -> web and worker healthy", time.monotonic() - started)
+    member_page = new_page(member)
     member_page.goto(f"{stack.web_url}/runs/new/")
     assert member_page.url == f"{stack.web_url}/runs/new/"  # still logged in
     anonymous = new_page(chromium)

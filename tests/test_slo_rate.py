@@ -182,7 +182,8 @@ def test_the_rag_preset_reads_per_endpoint_the_rate_it_sustains_with_intervals(b
     run = wait_finished(Run.objects.get(), timeout=300)
     assert run.status == Run.SUCCEEDED, run.error
     assert run.requests_dataset.source == "sharegpt" and run.requests_dataset.prefix_tokens == 2048
-    page.goto(live_server.url + run.get_absolute_url())
+    # The open page reloads itself once the run has finished (a goto now could be cut short by it).
+    page.wait_for_selector("#progress[data-finished=true]", state="attached", timeout=30_000)
     charts = check(page, "rag-sustained-1366")
     assert charts  # the run's charts drawn and readable beside the answers
     answers = page.locator("#slo-answers li")

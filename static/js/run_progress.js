@@ -8,6 +8,10 @@
     fetch(box.dataset.url, {headers: {"Accept": "application/json"}})
       .then(function (r) { return r.json(); })
       .then(function (p) {
+        // A finished run (or a new level) is shown by the page the server renders, never by this
+        // script: a terminal status on screen then always comes with its results, and no reload
+        // is still pending once a reader (or a browser test) sees it.
+        if (p.finished || p.levels !== levels) { window.location.reload(); return; }
         box.querySelector(".fill").style.width = p.percent + "%";
         document.getElementById("progress-done").textContent = p.done;
         document.getElementById("progress-total").textContent = p.total;
@@ -19,7 +23,6 @@
         status.className = "status " + p.status;
         var queued = document.getElementById("queued-banner");
         if (queued && p.status !== "queued") queued.remove();
-        if (p.finished || p.levels !== levels) { window.location.reload(); return; }
         setTimeout(tick, 1000);
       })
       .catch(function () { setTimeout(tick, 3000); });
