@@ -146,6 +146,30 @@ def test_teacher_forcing_keeps_the_next_position_queued_at_each_slot(simulator):
     assert result.tokens_scored == 2 * 15 and result.requests == 2 + 2 * 15  # the text tokenized twice, each position
 
 
+@pytest.mark.parametrize("dialect, chunks, fail_at, whole_pass", [
+    ("llamacpp", 8, 12, 8 * 15),  # teacher forcing: a request per position, 4 slots
+    ("vllm", 48, 3, 48)])  # prompt_logprobs: a request per window, MAX_STREAMS (16) at once
+def test_a_failed_answer_stops_every_stream_in_a_loop_that_goes_on(simulator, dialect, chunks, fail_at, whole_pass):
+    # A worker scores the next endpoint in the same event loop: once one answer has failed the
+    # step, no other stream goes on sending to the server or counting progress.
+    sim = simulator(dialect=dialect, slots=4, score_ms=20, fail_scoring_request=fail_at)
+    counted = []
+    loop = asyncio.new_event_loop()
+    try:
+        client = httpx.AsyncClient(timeout=30)
+        with pytest.raises(quality.QualityError, match="HTTP 500"):
+            loop.run_until_complete(quality.measure(client, sim.url, dialect, TEXT, n_ctx=32, chunks=chunks,
+                                                    progress=counted.append))
+        sent, progressed = sim.stats()["scoring_requests"], len(counted)
+        assert fail_at <= sent < whole_pass  # stopped part way
+        loop.run_until_complete(asyncio.sleep(0.5))  # the loop goes on (each answer takes 20 ms)
+        assert sim.stats()["scoring_requests"] == sent
+        assert len(counted) == progressed
+        loop.run_until_complete(client.aclose())
+    finally:
+        loop.close()
+
+
 def test_a_server_against_itself_has_zero_divergence_and_full_agreement(simulator):
     a, b = simulator(dialect="llamacpp", sharpness=0.9), simulator(dialect="llamacpp", sharpness=0.9)
     r = run(a, "llamacpp", reference=b, n_ctx=32, chunks=2).reference

@@ -80,6 +80,19 @@ class NotSupported(QualityError):
     """The server cannot return what a quality figure needs."""
 
 
+async def _all_or_none(coroutines) -> list:
+    """Await the coroutines together, their results in order. The first to fail stops the
+    others before its error is raised: left running, they would go on loading the server (and
+    counting progress) after its step had failed, in a worker's event loop that outlives it."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 # ---------------------------------------------------------------------------------- the text
 @dataclass
 class EvalText:
@@ -235,7 +248,7 @@ class Scorer:
                 if progress is not None:
                     progress(len(scored))
                 return scored
-            return list(await asyncio.gather(*(window(w) for w in windows.windows)))
+            return await _all_or_none(window(w) for w in windows.windows)
         if method == "teacher_forcing":
             return await self._teacher_forcing(windows, progress)
         raise NotSupported(f"{self.backend.label} returns no log-probabilities of given tokens: perplexity "
@@ -294,7 +307,7 @@ class Scorer:
                         left.cancel()
                 results[i] = scored
 
-        await asyncio.gather(*(worker(s) for s in range(min(slots, MAX_STREAMS, len(windows.windows)))))
+        await _all_or_none(worker(s) for s in range(min(slots, MAX_STREAMS, len(windows.windows))))
         return [r or [] for r in results]
 
     async def _slots(self) -> int:

@@ -33,7 +33,7 @@ finish_reason or usage), slow_drip (each token split over several chunks, slowly
 More faults: `max_keepalive_requests` (a request arriving on a connection that already served
 that many is read and dropped without a byte of response, like a server that closed an idle
 keep-alive connection), `fail_paths` ("/v1/models=500,/tokenize=404": those routes answer that
-status) and `api_key` (every route but /health answers 401 without `Authorization: Bearer
+status), `fail_scoring_request` (that quality-scoring request answers 500) and `api_key` (every route but /health answers 401 without `Authorization: Bearer
 <api_key>`, like `vllm serve --api-key`). `tls_cert` / `tls_key` (PEM files) serve HTTPS, TLS
 terminated in front of the plain server the way a reverse proxy does. GET /_stats says what
 the server saw: connections accepted and still open, requests, keep-alive drops, requests
@@ -93,6 +93,7 @@ class SimConfig:
     token_offset: int = 0  # /tokenize answers ids shifted by this: a server with another tokenizer
     score_ms: float = 0.0  # each scoring request (quality: prompt_logprobs, n_probs) answers after this long
     max_logprobs: int = 0  # vLLM's --max-logprobs: a larger prompt_logprobs is refused in its words (0 = no cap)
+    fail_scoring_request: int = 0  # that scoring request (1 = the first) answers HTTP 500, the rest as usual
     # A prefix cache of blocks of this many prompt tokens (0 = none): a prompt's leading whole
     # blocks seen before are not computed again (no prefill cost), as vLLM's automatic prefix caching.
     prefix_cache_block: int = 0
@@ -173,6 +174,7 @@ class Simulator:
         self.tasks: set[asyncio.Task] = set()
         # What the server saw (GET /_stats).
         self.stats = {"connections": 0, "open_connections": 0, "requests": 0, "dropped": 0, "unauthorized": 0,
+                      "scoring_requests": 0,  # quality: prompt_logprobs or n_probs requests received
                       "scoring_per_slot_max": 0,  # the most scoring requests for one id_slot at once
                       # requests reusing a slot's cache that came while a fresh one (cache_prompt
                       # false: a window's first step) was still being scored on it
@@ -316,6 +318,9 @@ class Simulator:
                 req = json.loads(body or b"{}")
             except ValueError as exc:
                 return await self.respond(writer, 400, {"error": {"message": f"bad request: {exc}"}}, close)
+            self.stats["scoring_requests"] += 1
+            if self.stats["scoring_requests"] == cfg.fail_scoring_request:
+                return await self.respond(writer, 500, {"error": {"message": "simulated HTTP 500"}}, close)
             slot = req.get("id_slot") if isinstance(req, dict) else None
             slot = slot if isinstance(slot, int) else None
             self.scoring_per_slot[slot] = self.scoring_per_slot.get(slot, 0) + 1
