@@ -2,6 +2,7 @@
 process, the simulated server, and a real llama.cpp server."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -175,6 +176,21 @@ def celery_worker_process(django_db_setup, django_db_blocker):
     yield proc
     stop_worker(proc)
     close_other_sessions(django_db_blocker)
+
+
+@pytest.fixture(autouse=True)
+def one_real_server_test_at_a_time(request):
+    """Tests marked real_server run one at a time across the test processes. Each drives a model
+    server that wants a thread per core: two side by side on 2 cores slowed each other tenfold (a
+    cold CI run: the variant ranking took 502 s instead of about 50, and the vLLM timing test
+    beside it found its client stalled on every attempt for its whole 300 s)."""
+    if request.node.get_closest_marker("real_server") is None:
+        yield
+        return
+    (ROOT / "var").mkdir(exist_ok=True)
+    with open(ROOT / "var" / "real-server-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        yield
 
 
 @pytest.fixture(scope="session")
