@@ -38,7 +38,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import BROWSER_ARGS, free_port
+from conftest import BROWSER_ARGS, free_port, watched
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser]
 
@@ -303,11 +303,7 @@ def new_page(browser_or_context):
     """A page of a new context (a new visitor), or of a logged-in context (that member again)."""
     if hasattr(browser_or_context, "new_context"):
         browser_or_context = browser_or_context.new_context(viewport={"width": 1366, "height": 900})
-    page = browser_or_context.new_page()
-    page.js_errors = []
-    page.on("pageerror", lambda exc: page.js_errors.append(str(exc)))
-    page.on("console", lambda msg: msg.type == "error" and page.js_errors.append(msg.text))
-    return page
+    return watched(browser_or_context.new_page())
 
 
 def log_in(page, stack: Stack, username: str, password: str, path: str = "/runs/new/") -> None:

@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model
 
 from benchmarks.models import Comparison, Run
 from benchmarks.selectors import RUNS_PER_PAGE
-from conftest import log_in
+from conftest import log_in, watched
 from factories import bulk_runs, endpoint
 from test_pages_at_a_glance import OVERFLOW, SCREENS, screenshot
 
@@ -13,9 +13,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_runs_picked_on_two_pages_compare_and_the_list_fits_1366_pixels(browser, live_server):
-    page = browser.new_page(viewport=SCREENS["1366"])
-    page.js_errors = []
-    page.on("pageerror", lambda exc: page.js_errors.append(str(exc)))
+    page = watched(browser.new_page(viewport=SCREENS["1366"]))
     log_in(page, live_server, path="/")
     alice = get_user_model().objects.get(username="alice")
     endpoints = [endpoint(name=f"h200-vllm-fp8-{i}-with-a-long-endpoint-name", host=f"lab-{i}") for i in range(3)]
