@@ -33,8 +33,9 @@ finish_reason or usage), slow_drip (each token split over several chunks, slowly
 More faults: `max_keepalive_requests` (a request arriving on a connection that already served
 that many is read and dropped without a byte of response, like a server that closed an idle
 keep-alive connection), `fail_paths` ("/v1/models=500,/tokenize=404": those routes answer that
-status), `fail_scoring_request` (that quality-scoring request answers 500) and `api_key` (every route but /health answers 401 without `Authorization: Bearer
-<api_key>`, like `vllm serve --api-key`). `tls_cert` / `tls_key` (PEM files) serve HTTPS, TLS
+status), `fail_scoring_request` (that quality-scoring request answers 500) and `api_key` (every
+route but /health answers 401 without `Authorization: Bearer <api_key>`, like `vllm serve
+--api-key`). `tls_cert` / `tls_key` (PEM files) serve HTTPS, TLS
 terminated in front of the plain server the way a reverse proxy does. GET /_stats says what
 the server saw: connections accepted and still open, requests, keep-alive drops, requests
 refused for a missing or wrong key.
