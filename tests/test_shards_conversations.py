@@ -116,6 +116,10 @@ def test_a_conversation_level_over_two_shards_sends_the_same_turns_with_their_hi
     assert s1.requests == REQUESTS and s1.prompt_tokens == sum(r.prompt_tokens for r in one.results)
     # Every metric measured in both, over as many values (a distribution's count, or a number).
     measured = [{k: getattr(v, "count", v is not None) for k, v in s.values.items()} for s in (s1, s2)]
+    # Except decode speed (1 / TPOT), which a request has only if its tokens came in more than one
+    # read: a stalled client reads the rest of a reply at once (TPOT 0), in either run.
+    for m, outcome in zip(measured, (one, two)):
+        assert m.pop("decode_tok_s") == sum(1 for r in outcome.results if r.tpot)
     assert measured[0] == measured[1] and measured[0]["ttft_ms"] == REQUESTS
     t1, t2 = ttft_by_turn(one.results), ttft_by_turn(two.results)
     assert list(t2) == list(t1) == list(range(TURNS))
