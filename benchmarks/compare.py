@@ -19,7 +19,8 @@ from __future__ import annotations
 from benchmarks import csv_cells
 import io
 
-from benchmarks.advisor.facts import CANDIDATE_FOR, ineligible_reasons
+from benchmarks.advisor.backends import candidate_for
+from benchmarks.advisor.facts import ineligible_reasons
 from benchmarks.advisor.gpus import peak_of
 from benchmarks.engine.catalogue import COMPARED, COMPARISON_QUALITY, LAUNCH_FIGURES, QUALITY_COMPARED, Figure, shown
 from benchmarks.engine.points import AGAINST_REFERENCE, Point, QualityPoint, not_comparable
@@ -123,7 +124,7 @@ def start_warnings(series: list[dict]) -> list[str]:
     so too, e.g. a published vLLM FP8 figure on a V100."""
     out = []
     for s in series:
-        candidate = CANDIDATE_FOR.get((s.get("backend"), s.get("quantization")))
+        candidate = candidate_for().get((s.get("backend"), s.get("quantization")))
         peak = peak_of(s.get("gpu") or "")
         if candidate is None or peak is None:
             continue

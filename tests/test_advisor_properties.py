@@ -6,7 +6,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.advisor.efficiency import PUBLISHED
+from benchmarks.advisor.backends import ENGINES
 from benchmarks.advisor.economics import POWER_SHARE
 from benchmarks.advisor.gpus import peak_of
 from benchmarks.advisor import (DEEPSEEK_R1_DISTILL_QWEN_7B as R1_7B, DEFAULT_CANDIDATES, FACTS,
@@ -104,7 +104,7 @@ def test_every_predicted_figure_is_evidence_or_an_interpolation_of_it(gpu, workl
                 lo, hi = p.band
                 assert lo - 1e-9 <= p.value <= hi + 1e-9 and r.estimate and not r.evidence
                 backend = next(c.backend for c in DEFAULT_CANDIDATES if c.key == r.key)
-                published = {f.id: f.engine for f in PUBLISHED}
+                published = {f.id: f.engine for e in ENGINES.values() for f in e.published}
                 engines = {published[i] if i in published else
                            next(c.backend for c in DEFAULT_CANDIDATES if c.key == by_id[i].candidate)
                            for i in p.evidence_ids}

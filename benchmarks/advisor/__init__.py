@@ -108,15 +108,16 @@ Pass evidence newest first: the first row per level wins.
 from .engine import (AdviceInputError, CandidateResult, Note, Recommendation, SuggestedRun, TargetCheck, advise,
                      check_targets, validate_inputs)
 from .economics import EconomyRead, PriceComparison, price_comparison, rented_gpu
+from .backends import DEFAULT_CANDIDATES, all_facts
 from .facts import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, DEEPSEEK_R1_DISTILL_QWEN_14B,
                     DEEPSEEK_R1_DISTILL_QWEN_32B, DEEPSEEK_R1_DISTILL_LLAMA_8B, DEEPSEEK_R1_DISTILL_LLAMA_70B,
-                    DEFAULT_CANDIDATES, FACTS, Candidate, Fact, fact,
-                    ineligible_reasons, required_facts, requirements, start_check)
+                    Candidate, Fact, fact, ineligible_reasons, required_facts, requirements, start_check)
 from .memory import MemoryFit, kv_bytes_per_token, memory_fit, weight_bytes
 from .performance import EvidenceRef, Performance, Predicted, predict, read_at
 from .published import V100_LABEL, published_v100_evidence, published_v100_quality
 from .quality import QualityBasis, QualityRead, read_quality
 from .launches import LaunchRead, LaunchRef, StartupRead, read_launches
+FACTS = all_facts()  # every fact the advisor holds: the shared ones, then each engine's (backends/)
 from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, LaunchEvidence, ModelSpec, Priority,
                     QualityEvidence, Workload)
 

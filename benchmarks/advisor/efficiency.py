@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from .gpus import GpuPeak, architecture, peak_of
 
-LLAMACPP, VLLM = "llamacpp", "vllm"
 MIN_FIGURES = 2  # figures on the GPU's own architecture for its own band
 
 
@@ -57,63 +56,6 @@ QWEN2_7B_KV = 2 * 28 * 4 * 128 * 2
 QWEN3_14B_KV = 2 * 40 * 8 * 128 * 2
 QWEN3_4B_KV = 2 * 36 * 8 * 128 * 2
 GIB = 1024**3
-
-def _llamacpp(id: str, *args, **kwargs) -> DecodeFigures:
-    """A llama.cpp figure: its quantized matrix products are int8 dot products (MMVQ/MMQ)."""
-    return DecodeFigures(id, LLAMACPP, *args, compute="int8", **kwargs)
-
-
-PUBLISHED: tuple[DecodeFigures, ...] = (
-    # --- llama.cpp, CUDA: llama-bench tg (text generation from an empty context) ---
-    _llamacpp("llamacpp-p40-pr4766", "Tesla P40", "LLaMA 7B Q4_0 (3.56 GiB)", 6.74, 3.56 * GIB,
-                  LLAMA_7B_KV, 64, ((1, 56.79),), "ggml-org/llama.cpp PR #4766 (llama-bench tg128, January 2024)"),
-    _llamacpp("llamacpp-v100-pr5434", "Tesla V100-PCIE-16GB", "LLaMA 7B Q5_1 (4.72 GiB)", 6.74,
-                  4.72 * GIB, LLAMA_7B_KV, 1, ((1, 98.03),), "ggml-org/llama.cpp PR #5434 (tg1, 2024-02-10)"),
-    _llamacpp("llamacpp-3090ti-pr4812", "NVIDIA GeForce RTX 3090 Ti", "LLaMA 7B Q4_0 (3.56 GiB)", 6.74,
-                  3.56 * GIB, LLAMA_7B_KV, 64, ((1, 127.43),), "ggml-org/llama.cpp PR #4812 (tg128, 2024-01-07)"),
-    _llamacpp("llamacpp-4090-pr6766", "NVIDIA GeForce RTX 4090", "Llama 2 7B Q4_0 (3.56 GiB)", 6.74,
-                  3.56 * GIB, LLAMA_7B_KV, 64, ((1, 146.81),),
-                  "ggml-org/llama.cpp PR #6766 (CUDA graphs, ./main text generation, 2024-04-19)"),
-    _llamacpp("llamacpp-h100pcie-issue6763", "NVIDIA H100 PCIe", "Llama 2 7B Q4_K_M (3.80 GiB)", 6.74,
-                  3.80 * GIB, LLAMA_7B_KV, 64, ((1, 163.83),),
-                  "ggml-org/llama.cpp issue #6763 (CUDA graphs, -n 128, 2024-04-19)"),
-    _llamacpp("llamacpp-3090-pr15802", "NVIDIA GeForce RTX 3090", "Llama 3 8B Q4_0 (4.33 GiB)", 8.03,
-                  4.33 * GIB, LLAMA3_8B_KV, 256, ((1, 155.02), (8, 570.67 / 8)),
-                  "ggml-org/llama.cpp PR #15802 (pp512 at micro-batch 1 and 8, September 2025)",
-                  note="8 tokens of one sequence a step stand in for 8 sequences"),
-    _llamacpp("llamacpp-2080-llmfit773", "NVIDIA GeForce RTX 2080", "Llama 3.1 8B Q4_K_M (4.58 GiB)",
-                  8.03, 4.58 * GIB, LLAMA3_8B_KV, 128, ((1, 71.9),),
-                  "AlexsJones/llmfit PR #773 (third party, 2026-07-20)"),
-    _llamacpp("llamacpp-h200-here", "NVIDIA H200", "a Qwen2-7B-shaped Q4_K_M (4.68 GB)", 7.62, 4.68e9,
-                  QWEN2_7B_KV, 562, ((1, 247.4), (8, 71.5)),
-                  "this project's own lab run on an NVIDIA H200, 2026-12-02 (benchmarks/engine/results/"
-                  "gpu_lab_h200.json)"),
-    # --- vLLM ---
-    DecodeFigures("vllm-h100-pr23197", VLLM, "NVIDIA H100 80GB HBM3", "Llama 3.1 8B BF16", 8.03, 16.06e9,
-                  LLAMA3_8B_KV, 272, ((1, 32 / 0.236), (4, 32 / 0.260), (8, 32 / 0.284), (16, 32 / 0.336)),
-                  "vllm-project/vllm PR #23197 (benchmark_latency baseline, 256 in / 32 out, batch 1 to 16, "
-                  "2025-08-19)",
-                  note="whole-request latency: the prefill is counted as decode time (a lower bound); an SXM "
-                       "H100, since on a PCIe one's 2,000 GB/s the figure would exceed the ceiling"),
-    DecodeFigures("vllm-h100-blog-2024-09", VLLM, "NVIDIA H100 80GB HBM3", "Llama 3 8B (16-bit)", 8.03, 16.06e9,
-                  LLAMA3_8B_KV, 512, ((1, 1000 / 13),),
-                  "vLLM blog, 'vLLM v0.6.0: 2.7x throughput improvement' (2024-09-05: '1 token every 13 ms under "
-                  "light load')", note="light load, not one stream: a lower bound"),
-    DecodeFigures("vllm-a100-issue20469", VLLM, "NVIDIA A100-SXM4-80GB", "Qwen3-14B AWQ (9.97 GB)", 14.77, 9.97e9,
-                  QWEN3_14B_KV, 16100, ((1, 1000 / 20.63),),
-                  "vllm-project/vllm issue #20469 (v0.9.1, --enforce-eager, 16000 in / 200 out, concurrency 1)",
-                  note="without CUDA graphs (--enforce-eager): a lower bound"),
-    DecodeFigures("vllm-4090-issue48035-fp16", VLLM, "NVIDIA GeForce RTX 4090", "Qwen3-4B FP16 (8.05 GB)", 4.02,
-                  8.05e9, QWEN3_4B_KV, 256, ((1, 98.0),),
-                  "vllm-project/vllm issue #48035 (v0.24.0, batch 1, 2026-07-08)"),
-    DecodeFigures("vllm-4090-issue48035-fp8", VLLM, "NVIDIA GeForce RTX 4090", "Qwen3-4B FP8 (5.2 GB)", 4.02, 5.2e9,
-                  QWEN3_4B_KV, 256, ((1, 80.0),), "vllm-project/vllm issue #48035 (v0.24.0, batch 1, 2026-07-08)",
-                  compute="fp8"),
-    DecodeFigures("vllm-4090-issue48035-v0191", VLLM, "NVIDIA GeForce RTX 4090", "Qwen3-4B FP16 (8.05 GB)", 4.02,
-                  8.05e9, QWEN3_4B_KV, 256, ((1, 136.5),),
-                  "vllm-project/vllm issue #48035 (v0.19.1, batch 1, 2026-07-08)"),
-)
-
 
 def memory_s(peak: GpuPeak, weights: float, kv_per_token: float, users: int, context: float) -> float:
     """The step's reads at the full bandwidth: the weights once, each sequence's KV cache."""
@@ -185,7 +127,9 @@ def efficiency(engine: str, cc: tuple[int, int], extra: tuple[DecodeFigures, ...
     """The engine's efficiencies for this GPU (its compute capability, its name), from the
     published figures and `extra` (runs measured here on other GPUs); None when the engine has no
     figure at all."""
-    fitted = [r for r in (fit(f) for f in PUBLISHED + tuple(extra) if f.engine == engine) if r is not None]
+    from .backends import engine_of  # its engine's published figures (the engines' modules import this one)
+    published = tuple(engine_of(engine).published)
+    fitted = [r for r in (fit(f) for f in published + tuple(extra) if f.engine == engine) if r is not None]
     used = [r for r in fitted if not r.left_out]
     if not used:
         return None

@@ -8,15 +8,16 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Mapping, Sequence
 
+from ..engine import backends
 from ..engine.catalogue import figure
 from ..engine.cost import OWNED, OWNERSHIP, HourlyPrice
 from ..engine.differences import judge
-from .facts import (DEFAULT_CANDIDATES, Candidate, cc_str, fact, fmt, min_compute_capability, users_str,
+from .backends import DEFAULT_CANDIDATES, ENGINES, Launch, engine_of
+from .facts import (Candidate, cc_str, fact, fmt, min_compute_capability, users_str,
                     ineligible_reasons, requirements, start_check)
 from .cards import CardsAnswer
 from .cards import answer as cards_answer
 from .economics import COST, ECONOMY, NEEDS_PRICE, READ, EconomyRead, cost_read, economy_priority, energy_read
-from .launch import Launch, launch
 from .launches import (LaunchRef, StartupRead, contradiction_reason, did_not_start_reason, measured_fit,
                        other_failure_reason, read_launches, startup_sentence)
 from .memory import MemoryFit, memory_fit
@@ -299,41 +300,25 @@ def hardware_notes(gpu: GpuSpec, workload: Workload, results: list[CandidateResu
                    candidates: Sequence[Candidate], builds: EngineBuilds,
                    cards: CardsAnswer | None = None) -> list[Note]:
     """Notes about this GPU and the candidates that can start on it, each once."""
-    cc = tuple(gpu.compute_capability)
     by_key = {c.key: c for c in candidates}
     runnable = [by_key[r.key] for r in results if r.eligible]
-    backends = {c.backend for c in runnable}
     notes: list[Note] = []
 
     def add(fact_id: str, text: str | None = None):
         f = fact(fact_id)
-        notes.append(Note(text or _sentence(f.statement), f.source, f.id))
+        notes.append(Note(_sentence(text or f.statement), f.source, f.id))
 
     if cards is not None and cards.note:  # one card or two, as measured here or the write-up's anecdote
         notes.append(Note(cards.note, cards.source, cards.note_fact))
-    if "llamacpp" in backends:
-        if cc < fact("cuda13-no-sm70").min_cc:
-            add("cuda13-no-sm70")
-        if cc < (6, 1):
-            add("llamacpp-min-cc")
-        elif cc < fact("llamacpp-dp4a-decode").min_cc:
-            add("llamacpp-dp4a-decode")
-        if cc == (7, 0):
-            build = f" (this build: {builds.llamacpp_build})" if builds.llamacpp_build else ""
-            add("llamacpp-volta-tensor-cores", _sentence(fact("llamacpp-volta-tensor-cores").statement + build))
-    if "vllm" in backends:
-        if cc < fact("bf16-min-cc").min_cc:
-            add("bf16-min-cc")
-        if cc == (7, 0):
-            add("vllm-volta-quant", _sentence(fact("vllm-volta-quant").statement))
-    if any(c.quantization == "fp8" and c.backend == "vllm" for c in runnable) \
-            and cc < fact("vllm-fp8-native-cc").min_cc:
-        add("vllm-fp8-native-cc")
-    versioned = [r for r in results if r.eligible and r.releases]
-    if versioned:
-        f = fact("vllm-min-cc-v0.20")
-        said = "; ".join(f"{r.label} starts with releases {r.releases}" for r in versioned)
-        notes.append(Note(f"This answer depends on the vLLM version, which was not given: {said}. "
+    for name in (n for n in ENGINES if any(c.backend == n for c in runnable)):  # each engine that can run here
+        for fact_id, text in engine_of(name).hardware_notes(gpu, builds, [c for c in runnable if c.backend == name]):
+            add(fact_id, text)
+    for name in dict.fromkeys(by_key[r.key].backend for r in results if r.eligible and r.releases):
+        engine = engine_of(name)
+        said = "; ".join(f"{r.label} starts with releases {r.releases}" for r in results
+                         if r.eligible and r.releases and by_key[r.key].backend == name)
+        f = fact(engine.version_fact)
+        notes.append(Note(f"This answer depends on the {backends.label(name)} version, which was not given: {said}. "
                           f"Give the version (or register an endpoint, whose /version is read) to settle it.",
                           f.source, f.id))
     add("hot-gpu-ecc")
@@ -582,7 +567,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             releases="" if refusals or contradiction else start.releases_text,
             started=lab.outcome, launches=lab.decided_by + lab.other_failures, startup=lab.startup,
             contradiction=contradiction, memory_measured=memory_measured, energy=energy, cost=cost,
-            launch=launch(c, model, gpu, workload, fit) if not refusals and fit.fits else None))
+            launch=engine_of(c.backend).launch(c, model, gpu, workload, fit) if not refusals and fit.fits else None))
 
     results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0], workload.priority))]
     for i, r in enumerate(results, 1):
@@ -634,7 +619,7 @@ def _memory_measured(c: Candidate, startup: StartupRead | None, fit: MemoryFit) 
         return (f"Memory after load was measured only as resident memory (RSS, {fmt(startup.memory_loaded_gib)} GiB, "
                 f"{ref.label}): no GPU memory was read, so the fit is modelled.")
     held = (" vLLM takes its --gpu-memory-utilization share at start whatever it needs, so this is its "
-            "allocation, not its need." if c.backend == "vllm" else "")
+            "allocation, not its need." if engine_of(c.backend).memory_share_fact else "")
     return (f"Memory after load measured: {fmt(startup.memory_loaded_gib)} GiB of GPU memory "
             f"({ref.flags or 'as its recipe starts it'}; {ref.label}), against {fmt(fit.required_gib)} GiB modelled "
             f"for this workload. The fit is modelled, not this measurement: the launch's flags size its own KV "

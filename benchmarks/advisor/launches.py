@@ -12,26 +12,21 @@ version asked about when one was given and the launch's is known.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..engine import backends
 from .facts import Candidate, cc_str, fmt
-from .memory import FP16_KV, GIB, MemoryFit
+from .backends import FP16_KV, engine_of
+from .memory import GIB, MemoryFit
 from .performance import BASES, basis_of, model_key
-from .specs import EngineBuilds, GpuSpec, LaunchEvidence, ModelSpec
+from .specs import EngineBuilds, GpuSpec, LaunchEvidence, ModelSpec, parse_version  # noqa: F401 (the decisions' too)
 
 # engine.launcher.CAUSES' codes that say the GPU itself is the reason: measured "cannot start here".
 # Other causes (out of memory at its flags, a bad flag, a missing file, a port) are the recipe's own.
 GPU_CAUSES = ("unsupported_gpu", "unsupported_quantization")
-_VERSION_RE = re.compile(r"v?(\d{1,3})\.(\d{1,3})")
 
 
-def parse_version(text) -> tuple[int, int] | None:
-    """'0.11.0', 'v0.21.1rc2' -> (0, 11), (0, 21); None when it is no release number."""
-    m = _VERSION_RE.match(str(text or "").strip())
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 @dataclass(frozen=True)
@@ -89,10 +84,8 @@ def _why_not_comparable(ev: LaunchEvidence, candidate: Candidate, gpu: GpuSpec, 
         return f"started with another model ({ev.model or 'not stated'})"
     if basis_of(ev, gpu) is None:
         return "started on other GPUs"
-    asked, measured = builds.vllm_version, parse_version(ev.engine_version)
-    if candidate.backend == "vllm" and asked and measured and tuple(asked) != measured:
-        return f"started with vLLM {ev.engine_version}, not the {asked[0]}.{asked[1]} asked about"
-    return ""
+    engine = engine_of(candidate.backend)
+    return engine.other_version_reason(engine.version(builds), parse_version(ev.engine_version), ev.engine_version)
 
 
 def _ref(ev: LaunchEvidence, basis: int) -> LaunchRef:
@@ -178,7 +171,7 @@ def measured_fit(candidate: Candidate, fit: MemoryFit, startup: StartupRead | No
     GPU reading, vLLM (it takes its --gpu-memory-utilization share whatever it needs), the
     launch's -c unknown or its cache quantized, or a fit that needs a quantized cache."""
     if (startup is None or startup.memory_source != "gpu" or startup.memory_loaded_gib is None
-            or candidate.backend != "llamacpp" or not startup.kv_context_tokens or fit.kv_cache != FP16_KV.label):
+            or not engine_of(candidate.backend).load_memory_is_need or not startup.kv_context_tokens or fit.kv_cache != FP16_KV.label):
         return None
     launch_kv = fit.kv_bytes_per_token * startup.kv_context_tokens / GIB
     base = startup.memory_loaded_gib - launch_kv

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from .backends import engine_of
 from .efficiency import DecodeFigures, compute_s, efficiency, memory_s
 from .facts import BUILTIN_MODELS, Candidate, fact, fmt, start_check, users_str
 from .gpus import peak_of
@@ -35,13 +36,8 @@ def decode_context(workload_or_ev) -> float:
 
 
 def precision(candidate: Candidate, cc: tuple[int, int]) -> str:
-    """Which peak bounds the candidate's matrix work: FP8 only where vLLM runs FP8 natively, int8 dot
-    products for llama.cpp's quantized types, else FP16 (W4A16 and W8A16 kernels included)."""
-    native = fact("vllm-fp8-native-cc").min_cc
-    if candidate.backend == "llamacpp":
-        return "int8"
-    return "fp8" if candidate.backend == "vllm" and candidate.quantization == "fp8" and tuple(cc) >= native \
-        else "fp16"
+    """Which peak bounds the candidate's matrix work (its engine says: backends/)."""
+    return engine_of(candidate.backend).precision(candidate, cc)
 
 
 def measured_figures(backend: str, evidence: Sequence[Evidence],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -131,6 +132,15 @@ class QualityEvidence:
     @property
     def kind(self) -> str:
         return self.point.kind
+
+
+_VERSION_RE = re.compile(r"v?(\d{1,3})\.(\d{1,3})")
+
+
+def parse_version(text) -> tuple[int, int] | None:
+    """'0.11.0', 'v0.21.1rc2' -> (0, 11), (0, 21); None when it is no release number."""
+    m = _VERSION_RE.match(str(text or "").strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from benchmarks.advisor import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, PRI
                                 EngineBuilds, GpuSpec, ModelSpec, Workload, validate_inputs)
 from benchmarks.advisor.economics import rented_gpu
 from benchmarks.advisor.gpus import PEAKS, peak_of
+from benchmarks.advisor.specs import parse_version
 from benchmarks.decisions.selectors import (CC_RANGE, InputError, engine_builds_for, gpu_spec_from_host,
-                                            model_spec_from_model, parse_cc, parse_version)
+                                            model_spec_from_model, parse_cc)
 from benchmarks.engine.cost import OWNERSHIP, RENTED, HourlyPrice
 from benchmarks.forms import TextField
 from benchmarks.models import Host, Model

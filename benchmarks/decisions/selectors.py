@@ -15,10 +15,9 @@ from django.utils.text import slugify
 from benchmarks.advisor import (BUILTIN_MODELS, DEEPSEEK_R1_DISTILL_QWEN_7B, DEFAULT_CANDIDATES, EngineBuilds,
                                 Evidence, GpuSpec, LaunchEvidence, ModelSpec, QualityEvidence, published_v100_evidence,
                                 published_v100_quality)
-from benchmarks.advisor.facts import CANDIDATE_FOR, VARIANT_QUANTIZATION  # noqa: F401 (the presenter's too)
-from benchmarks.advisor.launches import parse_version
+from benchmarks.advisor.backends import ENGINES, candidate_for, engine_of, variant_quantization
 from benchmarks.advisor.performance import gpu_key, model_key
-from benchmarks.engine import load_modes, multi_gpu
+from benchmarks.engine import backends, load_modes, multi_gpu
 from benchmarks.engine.load_modes.concurrency import ConcurrencySweep
 from benchmarks.engine.catalogue import ADVISOR_FIGURES
 from benchmarks.engine.points import QualityPoint
@@ -27,6 +26,9 @@ from benchmarks.models import (Decision, Endpoint, Gpu, Host, LevelResult, Model
 from benchmarks.selectors import address_hider, decision_by_public_id, endpoint_label, level_point
 
 CANDIDATES = {c.key: c for c in DEFAULT_CANDIDATES}
+# How a registered endpoint or report maps to a candidate, over every engine the advisor holds.
+VARIANT_QUANTIZATION = variant_quantization()
+CANDIDATE_FOR = candidate_for()
 CC_MIN, CC_MAX = (3, 0), (15, 9)  # the compute capabilities a GPU can state
 CC_RANGE = f"from {CC_MIN[0]}.{CC_MIN[1]} to {CC_MAX[0]}.{CC_MAX[1]}"
 EVIDENCE_LIMIT = 2000  # newest measured levels read per decision
@@ -218,8 +220,6 @@ def _in_flight(run: Run, endpoint: Endpoint, rate: float) -> float | None:
 
 # What a server's own log says it is, for a launch whose server never answered /version or /props.
 _LOGGED_VERSION = re.compile(r"vLLM API server version (\S+)|\bvLLM version:? (\S+)|\bbuild: (\d+ \(\w+\))")
-_CONTEXT = ("-c", "--ctx-size")
-_QUANTIZED_CACHE = ("-ctk", "-ctv", "--cache-type-k", "--cache-type-v")
 
 
 def _logged_version(log: str) -> str:
@@ -245,15 +245,9 @@ def _flag_value(launch: ServerLaunch, flags: tuple[str, ...]):
 
 
 def _kv_context_tokens(launch: ServerLaunch) -> int | None:
-    """llama.cpp's -c: the tokens of KV cache it allocates at load (16-bit unless a cache type is
-    set: then None, as when -c is not given or 0, the model's own length)."""
-    if launch.recipe.backend != "llamacpp" or _flag_value(launch, _QUANTIZED_CACHE) is not None:
-        return None
-    try:
-        tokens = int(_flag_value(launch, _CONTEXT))
-    except (TypeError, ValueError):
-        return None
-    return tokens if tokens > 0 else None
+    """The tokens of 16-bit KV cache the server allocated at load, as its engine reads its flags
+    (llama.cpp's -c); None where they do not say."""
+    return engine_of(launch.recipe.backend).kv_context_tokens(lambda flags: _flag_value(launch, flags))
 
 
 def _exit_text(report) -> str:
@@ -427,9 +421,9 @@ def engine_builds_for(host_id: str | None, gpu_name: str, cc: tuple) -> EngineBu
     """The engine versions the registered endpoints serving from this host (or, for a stated GPU,
     from a GPU like it) said they were in their newest run, else their registered engine_version.
     The lowest vLLM version wins: the answer must hold for every server the team runs."""
-    qs = Endpoint.objects.filter(enabled=True, backend__in=("vllm", "llamacpp")).select_related("host")
+    qs = Endpoint.objects.filter(enabled=True, backend__in=list(ENGINES)).select_related("host")
     qs = qs.filter(host_id=int(host_id)) if host_id is not None else qs.prefetch_related("gpus", "host__gpus")
-    vllm, llamacpp, sources = [], [], []
+    builds, sources = {}, []  # an EngineBuilds field -> (its engine, the versions read)
     for e in qs:
         if host_id is None:
             g = endpoint_gpu(e)
@@ -440,14 +434,11 @@ def engine_builds_for(host_id: str | None, gpu_name: str, cc: tuple) -> EngineBu
         stored = run.server_identity(e.id) if run else None
         said = stored.version if stored else ""
         version = said or e.engine_version
-        if not version:
+        read = engine_of(e.backend).read_build(version) if version else None
+        if read is None:
             continue
         where = f"{e.name} ({stored.backend.version_source} in its newest run)" if said else f"{e.name} (as registered)"
-        if e.backend == "vllm" and parse_version(version):
-            vllm.append(parse_version(version))
-            sources.append(f"vLLM {version} from {where}")
-        elif e.backend == "llamacpp":
-            llamacpp.append(version)
-            sources.append(f"llama.cpp {version} from {where}")
-    return EngineBuilds(vllm_version=min(vllm) if vllm else None, llamacpp_build=llamacpp[0] if llamacpp else None,
+        builds.setdefault(read[0], (engine_of(e.backend), []))[1].append(read[1])
+        sources.append(f"{backends.label(e.backend)} {version} from {where}")
+    return EngineBuilds(**{name: engine.combine_builds(values) for name, (engine, values) in builds.items()},
                         source="; ".join(sources))
