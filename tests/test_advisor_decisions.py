@@ -171,10 +171,12 @@ def test_it_checks_a_tpot_target_against_decode_speed_when_only_that_was_publish
     assert "at least 25 tok/s" in check.note
 
 
-def test_it_does_not_pass_a_target_on_an_extrapolated_figure():
+def test_it_does_not_pass_a_target_beyond_the_figures_levels():
+    # measured at 1 and 8 users, asked at 16: the figure at 8 says nothing there, the model's
+    # estimate stands in, and an estimate never passes a target
     rec = advise(H200, R1_7B, work(16, min_user_tok_s=10.0), h200_runs(900.0, 349.0))
     check = rec.candidate("vllm-fp8").meets_targets["min_user_tok_s"]
-    assert check.met is None and check.how == "extrapolated"
+    assert check.met is None and check.how == "estimated"
     assert rec.confidence == "low"
 
 
@@ -184,9 +186,11 @@ def test_it_interpolates_and_extrapolates_in_the_recommendation_and_says_so():
     assert four.predicted["aggregate_tok_s"].how == "interpolated"
     assert any("Interpolated linearly between the figures at 1 and 8 users" in r for r in four.reasons)
     sixteen = advise(H200, R1_7B, work(16), runs).candidate("vllm-fp8")
-    assert sixteen.predicted["aggregate_tok_s"].how == "extrapolated"
-    assert sixteen.predicted["aggregate_tok_s"].value == 900.0
-    assert any("Extrapolation" in r for r in sixteen.reasons)
+    # past the last level the figure at 8 users is not carried flat: the model's estimate, labelled
+    aggregate = sixteen.predicted["aggregate_tok_s"]
+    assert aggregate.how == "estimated" and aggregate.value != 900.0 and aggregate.band[0] < aggregate.value
+    assert any("Extrapolation: figures only up to 8 users" in r for r in sixteen.reasons)
+    assert any(r.startswith("Beyond the levels its figures cover, the estimate stands in") for r in sixteen.reasons)
 
 
 # --- fitting, notes, odds and ends ------------------------------------------------------------

@@ -196,21 +196,19 @@ def test_per_stream_speed_falls_as_users_grow():
         assert values == sorted(values, reverse=True) and values[-1] < values[0] / 1.5, (key, values)
 
 
-def test_each_architecture_has_its_own_efficiency_not_the_v100_writeups():
-    # llama.cpp's maintainers measured 63 % of the P40's bandwidth ceiling (PR #4766: 56.79 tok/s,
-    # 3.56 GiB + 64 x 524288 B read per token, 346 GB/s) and the write-up 29 % on a V100: a P40
-    # estimate uses the former's spread, an H100's its own Hopper figures
-    p40_share = 56.79 * (3.56 * GIB + 64 * 524288) / 346e9
-    assert 0.62 < p40_share < 0.64
+def test_each_gpu_is_estimated_from_its_own_datasheet_and_the_v100_figures_stay_figures():
+    # a P40 and an H100 with nothing measured: estimated from their own bandwidth (346 and 3350 GB/s,
+    # gpus.py), the P40 several times slower per stream, each labelled with its band
     work = Workload(users=1, prompt_tokens=512, output_tokens=100, context_tokens=4096)
     p40 = advise(gpu(*P40), Q7, work, published_v100_evidence()).candidate("llamacpp-q4_k_m")
     h100 = advise(gpu(*H100), Q7, work, published_v100_evidence()).candidate("llamacpp-q4_k_m")
-    assert any("P40" in s for s in p40.estimate_sources)
-    assert "on Hopper GPUs" in h100.estimate and not any("V100" in s for s in h100.estimate_sources[:2])
-    # the write-up's 29 % is one of Volta's figures, never Hopper's
+    assert "346 GB/s" in p40.estimate and "3350 GB/s" in h100.estimate
+    slow, fast = (c.predicted["decode_tok_s_p50"] for c in (p40, h100))
+    assert slow.how == fast.how == "estimated" and 3 < fast.value / slow.value < 3350 / 346
+    # the write-up's V100 figures at 1 and 8 users are read (interpolated), not replaced by an estimate
     v100 = advise(gpu(*V100), Q7, Workload(users=2, prompt_tokens=512, output_tokens=100, context_tokens=4096),
                   published_v100_evidence()).candidate("llamacpp-q4_k_m")
-    assert v100.evidence_basis is not None  # published figures at 1 and 8 users: interpolated, not estimated
+    assert v100.evidence_basis is not None and v100.predicted["decode_tok_s_p50"].how == "interpolated"
 
 
 def test_an_estimate_above_a_published_figure_is_said_to_rank_below_it():
@@ -248,21 +246,17 @@ def test_the_commands_serve_prequantized_checkpoints_without_quantization():
         assert any(line.startswith("No --quantization:") and "awq_marlin" in line for line in launch.why)
 
 
-def test_vllm_s_batching_beats_llamacpp_s_at_many_users_and_the_batch_costs_are_the_published_ones():
-    # each further stream's cost as a share of a single stream's step, from the batched series: vLLM PR
-    # #23197 (H100, batch 1 and 16: 0.236 and 0.336 s for 32 tokens), this project's H200 llama-server
-    # run (247.4 and 71.5 tok/s per stream at 1 and 8 slots); the KV reads of 16 x 272 and 8 x 562 tokens
-    # are under 4 % of those steps, so the share is about (t_n / t_1 - 1) / (n - 1)
-    vllm_k = (0.336 / 0.236 - 1) / 15
-    llama_k = (247.4 / 71.5 - 1) / 7
-    assert 0.02 < vllm_k < 0.035 and 0.3 < llama_k < 0.36
+def test_vllm_s_batching_beats_llamacpp_s_at_many_users():
+    # llama-server pays a per-sequence cost every step (sampling, slot handling) that vLLM's batched
+    # sampler does not: fitted from llama-server's own many-user runs and vLLM's batched latencies
+    from benchmarks.advisor.fit import params_of
+    assert params_of("llamacpp")["per_sequence_ms"] > 5 * params_of("vllm")["per_sequence_ms"]
     # so at 64 users on an H100 vLLM's 4-bit weights give several times llama.cpp Q4_K_M's aggregate
     rec = advise(gpu(*H100), Q7, Workload(users=64, prompt_tokens=512, output_tokens=100, context_tokens=4096,
                                           priority="throughput"), [])
     assert rec.recommended.startswith("vllm-")
     awq, q4 = (rec.candidate(k).predicted["aggregate_tok_s"].value for k in ("vllm-awq", "llamacpp-q4_k_m"))
     assert awq > 3 * q4
-    assert "each further stream adds" in rec.candidate("vllm-awq").estimate
 
 
 def test_fed_the_setup_a_figure_was_published_for_the_estimate_gives_that_figure_back():

@@ -131,7 +131,7 @@ def test_a_gpu_picked_from_the_table_gets_an_estimate_with_its_figures_and_the_p
     chosen.locator("summary").first.click()
     sources = chosen.locator("details.estimate-sources")
     sources.locator("summary").click()
-    assert "PR #23197" in sources.inner_text()
+    assert "github.com/vllm-project/vllm/pull/23197" in sources.inner_text()
     if os.environ.get("DECISION_SCREENSHOTS"):
         page.screenshot(path=os.environ["DECISION_SCREENSHOTS"].replace(".png", "-estimate.png"), full_page=True)
     widths = page.evaluate("""() => ({page: document.documentElement.scrollWidth,

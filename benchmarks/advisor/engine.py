@@ -499,12 +499,20 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         modelled = fit
         fit = measured_fit(c, fit, lab.startup) or fit
         perf = predict(c, gpu, workload, evidence, builds, model=model, gpus_used=fit.gpus_used)
-        estimated, estimate_sources = "", []
-        if perf.basis is None and not refusals and fit.fits:  # nothing measured: the physical prior
-            prior = estimate(c, model, gpu, workload, modelled.weights_gib * 1024**3, fit.gpus_used, fit.split,
-                             evidence, by_key)
+        estimated, estimate_sources, layout_words = "", [], ""
+        prior = (estimate(c, model, gpu, workload, modelled.weights_gib * 1024**3, fit.gpus_used, fit.split)
+                 if not refusals and fit.fits else None)
+        if prior is not None and perf.basis is None:  # nothing measured: the physical estimate
             perf.metrics.update({m: p for m, p in prior.metrics.items() if p.value is not None})
-            estimated, estimate_sources = prior.sentence, prior.sources
+            estimated, estimate_sources, layout_words = prior.sentence, prior.sources, prior.layout
+        elif prior is not None:  # figures carried past the levels they cover say nothing there: the estimate does
+            beyond = [m for m, p in prior.metrics.items() if p.value is not None and m in perf.metrics
+                      and perf.metrics[m].how == "extrapolated"]
+            for m in beyond:
+                perf.metrics[m] = prior.metrics[m]
+            if beyond:
+                perf.notes.append("Beyond the levels its figures cover, the estimate stands in for them: "
+                                  + prior.sentence)
         perfs[c.key] = perf
         checks = check_targets(workload, perf.metrics)
         energy = cost = None
@@ -537,6 +545,8 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             reasons.append(f"Needs {fit.gpus_used} GPUs ({fit.split}): one is not enough.")
         reasons += fit.tensor_parallel_refused
         reasons.append(estimated or _perf_sentence(c, perf, workload, gpu))
+        if layout_words:
+            reasons.append(layout_words)
         reasons += perf.notes
         for flag in sorted({f for ref in perf.evidence for f in ref.flags}):
             reasons.append(f"These figures are {flag}.")
@@ -567,7 +577,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             releases="" if refusals or contradiction else start.releases_text,
             started=lab.outcome, launches=lab.decided_by + lab.other_failures, startup=lab.startup,
             contradiction=contradiction, memory_measured=memory_measured, energy=energy, cost=cost,
-            launch=engine_of(c.backend).launch(c, model, gpu, workload, fit) if not refusals and fit.fits else None))
+            launch=_launch(c, model, gpu, workload, fit, prior) if not refusals and fit.fits else None))
 
     results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0], workload.priority))]
     for i, r in enumerate(results, 1):
@@ -604,6 +614,20 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         hardware_notes=hardware_notes(gpu, workload, results, candidates, builds, cards),
         measure_next=measure_next(gpu, workload, results), quality_basis=quality_read.basis,
         why=_why(gpu, workload, results, rec), cards=cards, price=price)
+
+
+def _launch(c: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workload, fit: MemoryFit, prior) -> Launch | None:
+    """The engine's command as sized; where the estimate serves the users from replicas, one per
+    group of GPUs, said beside it."""
+    launch = engine_of(c.backend).launch(c, model, gpu, workload, fit)
+    chosen = prior.chosen if prior is not None else None
+    if launch is None or chosen is None or chosen.replicas == 1:
+        return launch
+    groups = [",".join(str(g * chosen.gpus + i) for i in range(chosen.gpus)) for g in range(chosen.replicas)]
+    return Launch(launch.command, launch.build, launch.why + (
+        f"{chosen.replicas} replicas: start this once per group of GPUs (CUDA_VISIBLE_DEVICES={'; '.join(groups)}), "
+        f"each on its own port, behind a load balancer; each serves about {fmt(workload.users / chosen.replicas)} "
+        f"users.",))
 
 
 def _memory_measured(c: Candidate, startup: StartupRead | None, fit: MemoryFit) -> str:
@@ -645,7 +669,13 @@ def _why(gpu: GpuSpec, workload: Workload, results: list[CandidateResult], rec: 
     refused = [r.label for r in results if not r.eligible]
     if others and others[0].priority_value is not None:
         third = f"Next: {others[0].label}, {others[0].priority_text}."
-        if others[0].priority_how == "estimated" and rec.priority_how != "estimated":
+        band = _band(workload, others[0])
+        if others[0].priority_how == "estimated" and rec.priority_how != "estimated" and band is not None \
+                and rec.priority_value is not None and band[0] > rec.priority_value:
+            third += (f" Its whole band ({fmt(band[0])} to {fmt(band[1])}) lies above {rec.label}'s "
+                      f"{rec.priority_how} {fmt(rec.priority_value)}, yet an estimate ranks below figures that were "
+                      f"measured or published: measure {others[0].label} next, and it may well win.")
+        elif others[0].priority_how == "estimated" and rec.priority_how != "estimated":
             third += " An estimate ranks below figures that were measured or published, whatever its value."
         elif _bands_overlap(workload, rec, others[0]):
             third += " The two estimates overlap: measure both before choosing between them."

@@ -42,8 +42,12 @@ class GpuPeak:
         return architecture(self.compute_capability)
 
     def peak(self, precision: str) -> float:
-        """The throughput matrix products of this precision reach ("fp16" | "fp8" | "int8"), in
-        TFLOPS or TOPS; FP16's where the GPU has no such units."""
+        """The throughput matrix products of this precision reach ("fp16" | "fp8" | "int8" |
+        "fp16-full"), in TFLOPS or TOPS; FP16's where the GPU has no such units. "fp16-full" is the
+        tensor cores' full 16-bit rate, half the INT8 one: what FP16 accumulation reaches on GeForce
+        cards, whose datasheet FP16 figure is FP32 accumulation at half that rate."""
+        if precision == "fp16-full":
+            return max(self.fp16_tflops, (self.int8_tops or 0) / 2)
         return {"fp8": self.fp8_tflops, "int8": self.int8_tops}.get(precision) or self.fp16_tflops
 
 

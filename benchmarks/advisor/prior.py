@@ -1,33 +1,37 @@
-"""A physical prior for what nothing measured: a decode step's reads and matrix work against the
-GPU's datasheet bandwidth and tensor peak, at the efficiencies the engine reaches (efficiency.py).
+"""A physical estimate for what nothing measured: the step-time model (steptime.py) with the
+parameters fitted to the figure table (fit.py, fitted.json), its band the spread of the model's
+errors on figures it was not fitted to.
 
-Every decode step reads the weights once (shared by the batch) and each sequence's KV cache, each
-further sequence adds the engine's batching overhead, and no step is faster than its matrix work at
-the GPU's full peak; so a stream's speed falls as users grow. Tensor parallel over NVLink shares the
-reads and the work among the cards (ideally: the all-reduce is not counted); over PCIe, and in a
-layer split that reads them one card after another, it is no faster than one card.
-
-The efficiencies are fitted to published figures (the engines' maintainers' PRs and benchmarks,
-this project's own runs) and to the runs measured here on other GPUs; the estimate's band is their
-spread. It is labelled "estimated, not measured", names the figures it rests on, and never passes
-a target.
+Every decode step reads the weights once (shared by the batch) and each sequence's KV cache, does
+its matrix work, and pays the engine's fixed and per-sequence costs; each prompt's prefill is
+compute; a closed loop of users shares the GPU between them. Where a host has several GPUs, each
+way to use them (one card, the engine's split over the cards it needs, data-parallel replicas,
+tensor parallel over more cards) is estimated and the one that answers the workload best is used,
+and said. It is labelled "estimated, not measured", says what it rests on and how far off it was
+where it was never fitted, and never passes a target.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Mapping, Sequence
 
+from ..engine import backends
 from .backends import engine_of
-from .efficiency import DecodeFigures, compute_s, efficiency, memory_s
-from .facts import BUILTIN_MODELS, Candidate, fact, fmt, start_check, users_str
+from .facts import Candidate, fact, fmt, users_str
 from .gpus import peak_of
-from .memory import kv_bytes_per_token, weight_bytes
-from .performance import Predicted, model_key
+from .memory import kv_bytes_per_token
+from .performance import Predicted
 from .specs import Evidence, GpuSpec, ModelSpec, Workload
+from .steptime import Setup, predict
 
 ESTIMATED = "estimated, not measured"
+SPLIT_OF = {"one GPU": "", "tensor parallel": "tp", "layer split": "layer-split"}
+# The metrics an estimate gives, and which fitted band (fit.FAMILY) each carries.
+BAND_OF = {"decode_tok_s_p50": "speed", "aggregate_tok_s": "speed", "tpot_ms_p50": "time",
+           "ttft_ms_p50": "ttft", "ttft_ms_p90": "ttft"}
 
 
 def decode_context(workload_or_ev) -> float:
@@ -40,123 +44,156 @@ def precision(candidate: Candidate, cc: tuple[int, int]) -> str:
     return engine_of(candidate.backend).precision(candidate, cc)
 
 
-def measured_figures(backend: str, evidence: Sequence[Evidence],
-                     candidates: Mapping[str, Candidate]) -> tuple[DecodeFigures, ...]:
-    """The runs of this engine measured here (or published and upstream-reproducible) as figures
-    to fit on: one per setup (GPU, model, weights, shape, version, flags), its levels its points.
-    Only rows on one GPU with a datasheet row, their weights' size known (or estimated, for a
-    built-in model) and a per-stream decode figure; a setup upstream refuses to start says nothing
-    about the engine."""
-    series: dict[tuple, list[Evidence]] = {}
-    for ev in evidence:
-        c = candidates.get(ev.candidate)
-        if c is None or c.backend != backend or ev.decode_tok_s_p50 is None or ev.gpu_count != 1:
-            continue
-        if peak_of(ev.gpu_name) is None or not start_check(c, ev.compute_capability).eligible:
-            continue
-        key = (ev.gpu_name, ev.host_id, model_key(ev.model), ev.candidate, ev.weight_bytes, ev.prompt_tokens,
-               ev.output_tokens, ev.engine_version, ev.build_flags)
-        series.setdefault(key, []).append(ev)
-    out = []
-    for rows in series.values():
-        ev, c = rows[0], candidates[rows[0].candidate]
-        spec = next((m for m in BUILTIN_MODELS.values() if model_key(m.name) == model_key(ev.model)), None)
-        weights = ev.weight_bytes or (weight_bytes(c, spec)[0] if spec else None)
-        if not weights:
-            continue
-        points = {}
-        for r in rows:  # newest first: the first row per level wins
-            points.setdefault(r.concurrency, r.decode_tok_s_p50)
-        out.append(DecodeFigures(
-            ev.id, backend, ev.gpu_name, f"{ev.model or 'a model'} ({ev.label})", spec.params_b if spec else weights / 1e9,
-            weights, kv_bytes_per_token(spec) if spec else 0.0, decode_context(ev), tuple(sorted(points.items())),
-            ev.label + (f" ({ev.url})" if ev.url else ""), compute=precision(c, ev.compute_capability)))
-    return tuple(out)
+@lru_cache(maxsize=1)
+def fitted() -> dict:
+    """fitted.json, read once (imported here, not at the top: `python -m benchmarks.advisor.fit`
+    runs fit.py as a script, and the package must not have imported it first)."""
+    from .fit import load_fitted
+    return load_fitted()
 
 
 @dataclass
 class Prior:
-    metrics: dict[str, Predicted]  # decode, aggregate, TPOT: "estimated" with a band, or none
-    ceiling: float | None  # tok/s per stream at the full bandwidth and tensor peak
+    metrics: dict[str, Predicted]  # decode, aggregate, TPOT, TTFT p50 and p90: "estimated" with a band, or none
     sentence: str  # how it was derived, in words
-    prefill_floor_ms: float | None
-    sources: list[str] = field(default_factory=list)  # the figures the efficiencies rest on, one line each
+    sources: list[str] = field(default_factory=list)  # what the fit rests on and how far off it was, one line each
+    layout: str = ""  # how the host's GPUs serve it, in words ("" = as the memory fit sized it)
+    chosen: "Layout | None" = None  # the layout the estimate is of
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to serve the workload on the host's GPUs."""
+
+    gpus: int  # per replica
+    split: str  # steptime's: "" | "tp" | "layer-split"
+    replicas: int = 1
+
+    def words(self) -> str:
+        one = ("one GPU" if self.gpus == 1 else
+               f"{self.gpus} GPUs in {'tensor parallel' if self.split == 'tp' else 'a layer split'}")
+        return one if self.replicas == 1 else f"{self.replicas} replicas of {one} (data parallel)"
 
 
 def _none(why: str) -> dict[str, Predicted]:
-    return {m: Predicted(m, None, "none", (), (), why) for m in ("decode_tok_s_p50", "aggregate_tok_s", "tpot_ms_p50")}
+    return {m: Predicted(m, None, "none", (), (), why) for m in BAND_OF}
 
 
-def _share(lo: float, hi: float, digits: int = 0) -> str:
-    a, b = f"{lo * 100:.{digits}f}", f"{hi * 100:.{digits}f}"
-    return f"{a} %" if a == b else f"{a}-{b} %"
+def layouts(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, gpus: int, split: str, users: int) -> list[Layout]:
+    """The memory fit's own layout, then replicas of it where the host has room for two or more
+    (at most one per user), then wider tensor parallel where the engine splits that way and starts
+    on that count."""
+    base = Layout(gpus, SPLIT_OF.get(split, "") if gpus > 1 else "")
+    out = [base]
+    replicas = min(gpu.count // gpus, users)
+    if replicas >= 2:
+        out.append(Layout(gpus, base.split, replicas))
+    engine = engine_of(candidate.backend)
+    counts, _ = engine.gpu_counts(candidate, gpu, model)
+    for n in counts:
+        if n > gpus and engine.split(n) == "tensor parallel":
+            out.append(Layout(n, "tp"))
+    return out
+
+
+def _setup(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workload, weights: float,
+           layout: Layout) -> Setup | None:
+    engine = engine_of(candidate.backend)
+    fmt_ = engine.formats.get(candidate.quantization)
+    peak = peak_of(gpu.name)
+    if fmt_ is None or peak is None:
+        return None
+    cc = tuple(gpu.compute_capability)
+    width = model.attention_heads * model.head_dim or round(math.sqrt(model.params_b * 1e9 / (12 * model.layers)))
+    users = workload.users / layout.replicas
+    return Setup(
+        weight_bytes=weights, kv_bytes_per_token=kv_bytes_per_token(model, candidate.kv_cache_bytes),
+        params_b=model.params_b, layers=model.layers, attention_width=width, bits=fmt_.bits,
+        bandwidth_gbs=peak.bandwidth_gbs, decode_tflops=peak.peak(fmt_.peak_precision(cc)),
+        prefill_tflops=peak.peak(fmt_.prefill_peak_precision(cc)), arch=peak.architecture,
+        users=users, prompt_tokens=workload.prompt_tokens, output_tokens=workload.output_tokens,
+        gpus=layout.gpus, split=layout.split,
+        link="nvlink" if (gpu.topology or gpu.interconnect) == "nvlink" else "pcie",
+        slots=engine.slots(math.ceil(users)))
+
+
+def _band(value: float, band: tuple[float, float]) -> tuple[float, float]:
+    return value * math.exp(band[0]), value * math.exp(band[1])
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f} %"
 
 
 def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workload, weights: float,
-             gpus: int, split: str, evidence: Sequence[Evidence], candidates: Mapping[str, Candidate]) -> Prior:
+             gpus: int, split: str, evidence: Sequence[Evidence] = (),
+             candidates: Mapping[str, Candidate] | None = None) -> Prior:
     if not candidate.estimable:
         f = fact("vllm-gguf-min-cc")
-        return Prior(_none("no figure in the evidence"), None,
+        return Prior(_none("no figure in the evidence"),
                      f"No published or measured figure of {candidate.label}'s kernels to fit an estimate on "
-                     f"({f.statement}; {f.source}): not estimated, measure it.", None)
+                     f"({f.statement}; {f.source}): not estimated, measure it.")
     peak = peak_of(gpu.name)
     if peak is None:
-        why = f"No datasheet row for {gpu.name}: no physical estimate."
-        return Prior(_none("no figure in the evidence"), None, why, None)
-    kv = kv_bytes_per_token(model, candidate.kv_cache_bytes)
-    users, context = workload.users, decode_context(workload)
-    # Tensor parallel shares the reads and the work where NVLink carries its all-reduces; over PCIe
-    # the write-up saw two cards decode slower than one (fact tp-over-pcie): counted as one card.
-    linked = (gpu.topology or gpu.interconnect) == "nvlink"
-    cards = gpus if split == "tensor parallel" and linked else 1
-    kind = precision(candidate, gpu.compute_capability)
-    mem = memory_s(peak, weights, kv, users, context) / cards
-    ceiling = 1 / max(mem, compute_s(peak, model.params_b, users, kind) / cards)
-    prefill = compute_s(peak, model.params_b, workload.prompt_tokens, kind) / gpus * 1000
-    read_gb = (weights + users * context * kv) / 1e9
-    tflop = 2 * model.params_b * 1e9 * users / 1e12
-    tensor = peak.peak(kind)
-    unit = "TOPS" if kind == "int8" and peak.int8_tops else "TFLOPS"
-    on = (f" on each of {gpus} cards (tensor parallel over NVLink, ideal: the all-reduce is not counted)"
-          if cards > 1 else " (tensor parallel over PCIe counted as one card: " + fact("tp-over-pcie").statement
-          + ")" if split == "tensor parallel" else "")
-    work_words = f", and its {fmt(tflop)} T operations take at least their time at {fmt(tensor)} {kind.upper()} {unit}"
-    how = (f"at {users_str(users)} a decode step reads {fmt(read_gb)} GB (weights + {users_str(users)} x "
-           f"{fmt(context)} tokens of KV cache) at {fmt(peak.bandwidth_gbs)} GB/s{work_words}{on} ({peak.name}, "
-           f"{peak.source})")
-    eff = efficiency(candidate.backend, gpu.compute_capability,
-                     measured_figures(candidate.backend, evidence, candidates), gpu.name)
-    if eff is None:
-        return Prior(_none("no figure in the evidence"), ceiling,
-                     f"{how[0].upper() + how[1:]}; no published or measured figure of this engine to fit its "
-                     f"efficiency on, so no estimate.", prefill)
-    weights_s = memory_s(peak, weights, 0.0, 0, 0) / cards
-    floor = compute_s(peak, model.params_b, users, kind) / cards  # the full peak: no step is faster
+        return Prior(_none("no figure in the evidence"), f"No datasheet row for {gpu.name}: no physical estimate.")
+    engine = engine_of(candidate.backend)
+    fitted_as = engine.fitted_as or candidate.backend
+    data = fitted()["engines"].get(fitted_as)
+    from .fit import params_of
+    params = params_of(fitted_as, fitted())
+    if params is None or candidate.quantization not in engine_of(candidate.backend).formats:
+        return Prior(_none("no figure in the evidence"),
+                     f"No fitted step-time model for {candidate.label}: not estimated, measure it.")
+    options = []
+    for layout in layouts(candidate, model, gpu, gpus, split, workload.users):
+        s = _setup(candidate, model, gpu, workload, weights, layout)
+        if s is not None:
+            options.append((layout, s, predict(params, s)))
+    throughput = workload.priority == "throughput"
 
-    def speed(e_mem: float, k: float) -> float:
-        return 1 / max(mem / e_mem + (users - 1) * k * weights_s / e_mem, floor)
+    def merit(o):
+        layout, _, p = o
+        return p.output_tok_s * layout.replicas if throughput else p.decode_tok_s
 
-    slow, fast = speed(eff.e_mem[0], eff.k_batch[1]), speed(eff.e_mem[1], eff.k_batch[0])
-    mid = math.sqrt(slow * fast)  # the band's geometric middle: its ends are ratios of one ceiling
-    where = (f"on {eff.architecture} GPUs" if eff.same_architecture else
-             f"on the GPUs it has figures for (fewer than two on {eff.architecture})")
-    rests_on = tuple(dict.fromkeys(eff.memory_figures + (eff.batch_figures if users > 1 else ())))
-    figures = len({f.figures.id for f in rests_on})
-    batch = f"; each further stream adds {_share(*eff.k_batch, 1)} of a single stream's step" if users > 1 else ""
-    sentence = (f"{ESTIMATED}: {how}. The engine reaches {_share(*eff.e_mem)} of the bandwidth ceiling {where}{batch} "
-                f"({figures} published or measured figures, listed with the estimate): {fmt(slow)} to {fmt(fast)} "
-                f"tok/s per stream.")
-    ids = tuple(dict.fromkeys(f.figures.id for f in rests_on))
-    short = f"{ESTIMATED}, from the GPU's bandwidth and tensor peak"
-    metrics = {
-        "decode_tok_s_p50": Predicted("decode_tok_s_p50", mid, "estimated", (users,), ids,
-                                      f"{short}: {fmt(slow)} to {fmt(fast)} tok/s", (slow, fast)),
-        "aggregate_tok_s": Predicted("aggregate_tok_s", mid * users, "estimated", (users,), ids,
-                                     f"{short}: {users_str(users)} x the per-stream estimate, an upper bound",
-                                     (slow * users, fast * users)),
-        "tpot_ms_p50": Predicted("tpot_ms_p50", 1000 / mid, "estimated", (users,), ids,
-                                 f"{short}: the inverse of the per-stream estimate", (1000 / fast, 1000 / slow)),
-    }
-    sources = [f.words for f in rests_on]
-    sources += [f"Not used: {f.words}: {f.left_out}." for f in eff.left_out]
-    return Prior(metrics, ceiling, sentence[0].upper() + sentence[1:], prefill, sources)
+    layout, s, p = max(options, key=merit)
+    bands = {k: tuple(v) for k, v in data["bands"].items()}
+    aggregate = p.output_tok_s * layout.replicas
+    values = {"decode_tok_s_p50": p.decode_tok_s, "aggregate_tok_s": aggregate, "tpot_ms_p50": p.tpot_ms,
+              "ttft_ms_p50": p.ttft_p50_ms, "ttft_ms_p90": p.ttft_p90_ms}
+    loo = data["leave_one_gpu_out"]["all"]
+    short = (f"{ESTIMATED}: the step-time model, fitted to {data['rows']} published figures on {len(data['gpus'])} "
+             f"GPUs; on GPUs left out of its fit it was off by a median {_pct(loo['median_abs_error'])}")
+    metrics = {}
+    for name, value in values.items():
+        lo, hi = _band(value, bands[BAND_OF[name]])
+        metrics[name] = Predicted(name, value, "estimated", (workload.users,), (), f"{short}: {fmt(lo)} to {fmt(hi)}",
+                                  (lo, hi))
+    users = s.users
+    read_gb = (s.weight_bytes + users * (s.prompt_tokens + s.output_tokens / 2) * s.kv_bytes_per_token) / 1e9
+    where = f" on {layout.words()}" if layout.gpus > 1 or layout.replicas > 1 else ""
+    how = (f"at {users_str(round(users)) if users == round(users) else fmt(users) + ' users'} each decode step reads "
+           f"{fmt(read_gb)} GB (weights + KV cache at {fmt(s.prompt_tokens + s.output_tokens / 2)} tokens each) at "
+           f"{fmt(peak.bandwidth_gbs)} GB/s ({peak.name}, {peak.source}){where}, and a {workload.prompt_tokens}-token "
+           f"prompt is prefilled between steps")
+    band = bands["speed"]
+    sentence = (f"{ESTIMATED[0].upper() + ESTIMATED[1:]}: {how}. {fmt(p.decode_tok_s)} tok/s per stream, "
+                f"{fmt(aggregate)} tok/s in all, time to first token {fmt(p.ttft_p50_ms)} ms (p90 "
+                f"{fmt(p.ttft_p90_ms)}). The model's fixed, per-layer, per-sequence and efficiency terms are fitted to "
+                f"{data['rows']} published figures of {backends.label(fitted_as)} on {len(data['gpus'])} GPUs"
+                + (f" (no figure of {backends.label(candidate.backend)} in it yet: its steps are taken as "
+                   f"{backends.label(fitted_as)}'s)" if fitted_as != candidate.backend else "") + " "
+                f"(benchmarks/advisor/figures.csv); left out of the fit, a GPU's figures were off by a median "
+                f"{_pct(loo['median_abs_error'])}, and the band ({_pct(math.exp(band[0]))} to "
+                f"{_pct(math.exp(band[1]))} of the estimate) is the 10th to 90th percentile of the errors on "
+                f"sources left out.")
+    layout_words = ""
+    if len(options) > 1:
+        parts = [f"{o[0].words()}: {fmt(o[2].decode_tok_s)} tok/s per stream, "
+                 f"{fmt(o[2].output_tok_s * o[0].replicas)} in all" for o in options]
+        layout_words = (f"On this host's {gpu.count} GPUs, estimated: " + "; ".join(parts)
+                        + f". The estimate uses {layout.words()}, "
+                        + ("the most tokens in all." if throughput else "the fastest stream."))
+    sources = [f"{name} ({src['url']}): {src['rows']} figures on {', '.join(src['gpus'])}; left out of the fit, "
+               f"off by a median {_pct(src['median_abs_error'])}"
+               for name, src in data["leave_one_source_out"]["per_source"].items()]
+    return Prior(metrics, sentence, sources, layout_words, layout)

@@ -15,11 +15,11 @@ import importlib
 import pkgutil
 
 from ..facts import GENERIC_FACTS, Candidate, Fact
-from .base import (CUDA_CONTEXT_GIB, ENGINES, FP16_KV, AdvisorEngine, KvCache, Launch, _listeners, engine_of,
-                   register, unregister)
+from .base import (CUDA_CONTEXT_GIB, ENGINES, FP16_KV, AdvisorEngine, KvCache, Launch, WeightFormat, _listeners,
+                   engine_of, register, unregister)
 
-__all__ = ["CUDA_CONTEXT_GIB", "ENGINES", "FP16_KV", "AdvisorEngine", "KvCache", "Launch", "engine_of", "register",
-           "unregister", "DEFAULT_CANDIDATES", "all_facts", "facts_by_id", "requirement_facts",
+__all__ = ["CUDA_CONTEXT_GIB", "ENGINES", "FP16_KV", "AdvisorEngine", "KvCache", "Launch", "WeightFormat", "engine_of",
+           "register", "unregister", "DEFAULT_CANDIDATES", "all_facts", "facts_by_id", "requirement_facts",
            "variant_quantization", "candidate_for"]
 
 for _module in pkgutil.iter_modules(__path__):

@@ -42,6 +42,30 @@ FP16_KV = KvCache("16-bit", 2.0)
 
 
 @dataclass(frozen=True)
+class WeightFormat:
+    """How one quantization's weights are stored and multiplied: what the step-time model reads."""
+
+    bits: int  # 16 | 8 | 4: the storage width whose reads the fit gives one bandwidth share
+    bits_per_weight: float  # of the layers' weights, as stored (block scales included)
+    embedding_bits: float  # of the embedding and lm_head
+    precision: str = "fp16"  # the tensor peak its matrix products run at: "fp16" | "fp8" | "int8"
+    # Below this compute capability the matrix products fall back to 16 bit (FP8 weights on Ampere
+    # run as W8A16).
+    precision_min_cc: tuple[int, int] = (0, 0)
+    prefill_precision: str = ""  # where prompts multiply at another precision ("" = the same)
+
+    def peak_precision(self, cc: tuple[int, int]) -> str:
+        return self.precision if tuple(cc) >= self.precision_min_cc else "fp16"
+
+    def prefill_peak_precision(self, cc: tuple[int, int]) -> str:
+        return self.prefill_precision or self.peak_precision(cc)
+
+    def weight_bytes(self, params_b: float, embedding_params_b: float) -> float:
+        return ((params_b - embedding_params_b) * self.bits_per_weight
+                + embedding_params_b * self.embedding_bits) * 1e9 / 8
+
+
+@dataclass(frozen=True)
 class Launch:
     command: str
     build: str  # how to build the engine for this GPU ("" when a stock install will do)
@@ -69,7 +93,14 @@ class AdvisorEngine:
     load_memory_is_need = False
     # Where the answer depends on the release and none was given: the fact whose bound it names.
     version_fact = ""
-    published: tuple = ()  # efficiency.DecodeFigures its speed model rests on
+    # The step-time model (steptime.py): each quantization's storage and matrix precision, keyed by
+    # Candidate.quantization and by the figure table's quantization names; how many sequences it
+    # batches at most by default; its fitted parameters are fitted.json's entry of its name.
+    formats: dict[str, WeightFormat] = {}
+    default_slots = 256
+    # The fitted.json entry its steps are estimated with ("" = its own name). An engine with no
+    # figures in the table yet may borrow a close one's, which the estimate then says.
+    fitted_as = ""
 
     # --- eligibility ---
     def version(self, builds: EngineBuilds) -> tuple[int, int] | None:
@@ -117,7 +148,12 @@ class AdvisorEngine:
     # --- speed ---
     def precision(self, candidate: Candidate, cc: tuple[int, int]) -> str:
         """Which tensor peak bounds its matrix work: "fp16" | "fp8" | "int8"."""
-        return "fp16"
+        f = self.formats.get(candidate.quantization)
+        return f.peak_precision(cc) if f else "fp16"
+
+    def slots(self, users: int) -> int:
+        """The sequences it batches at once when started for `users` (its launch's setting)."""
+        return self.default_slots
 
     # --- the command and the notes ---
     def launch(self, candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: "Workload",

@@ -3,10 +3,9 @@ and is started, and the figures its speed model rests on."""
 
 from __future__ import annotations
 
-from ..efficiency import DecodeFigures, LLAMA3_8B_KV, QWEN3_4B_KV, QWEN3_14B_KV
 from ..facts import CHECKED, Candidate, Fact, fact, fmt
 from ..specs import EngineBuilds, GpuSpec, ModelSpec, parse_version
-from .base import AdvisorEngine, FP16_KV, KvCache, Launch, register
+from .base import AdvisorEngine, FP16_KV, KvCache, Launch, WeightFormat, register
 
 VLLM = "vllm"
 V0_13, V0_20 = (0, 13), (0, 20)
@@ -133,32 +132,6 @@ CANDIDATES = (
     Candidate("vllm-bf16", "vLLM BF16", VLLM, "bf16", ("vllm",), "bf16-size", embedding_bits=16, order=8),
 )
 
-# Published per-stream decode figures of vLLM that the speed model rests on.
-PUBLISHED = (
-    DecodeFigures("vllm-h100-pr23197", VLLM, "NVIDIA H100 80GB HBM3", "Llama 3.1 8B BF16", 8.03, 16.06e9,
-                  LLAMA3_8B_KV, 272, ((1, 32 / 0.236), (4, 32 / 0.260), (8, 32 / 0.284), (16, 32 / 0.336)),
-                  "vllm-project/vllm PR #23197 (benchmark_latency baseline, 256 in / 32 out, batch 1 to 16, "
-                  "2025-08-19)",
-                  note="whole-request latency: the prefill is counted as decode time (a lower bound); an SXM "
-                       "H100, since on a PCIe one's 2,000 GB/s the figure would exceed the ceiling"),
-    DecodeFigures("vllm-h100-blog-2024-09", VLLM, "NVIDIA H100 80GB HBM3", "Llama 3 8B (16-bit)", 8.03, 16.06e9,
-                  LLAMA3_8B_KV, 512, ((1, 1000 / 13),),
-                  "vLLM blog, 'vLLM v0.6.0: 2.7x throughput improvement' (2024-09-05: '1 token every 13 ms under "
-                  "light load')", note="light load, not one stream: a lower bound"),
-    DecodeFigures("vllm-a100-issue20469", VLLM, "NVIDIA A100-SXM4-80GB", "Qwen3-14B AWQ (9.97 GB)", 14.77, 9.97e9,
-                  QWEN3_14B_KV, 16100, ((1, 1000 / 20.63),),
-                  "vllm-project/vllm issue #20469 (v0.9.1, --enforce-eager, 16000 in / 200 out, concurrency 1)",
-                  note="without CUDA graphs (--enforce-eager): a lower bound"),
-    DecodeFigures("vllm-4090-issue48035-fp16", VLLM, "NVIDIA GeForce RTX 4090", "Qwen3-4B FP16 (8.05 GB)", 4.02,
-                  8.05e9, QWEN3_4B_KV, 256, ((1, 98.0),),
-                  "vllm-project/vllm issue #48035 (v0.24.0, batch 1, 2026-07-08)"),
-    DecodeFigures("vllm-4090-issue48035-fp8", VLLM, "NVIDIA GeForce RTX 4090", "Qwen3-4B FP8 (5.2 GB)", 4.02, 5.2e9,
-                  QWEN3_4B_KV, 256, ((1, 80.0),), "vllm-project/vllm issue #48035 (v0.24.0, batch 1, 2026-07-08)",
-                  compute="fp8"),
-    DecodeFigures("vllm-4090-issue48035-v0191", VLLM, "NVIDIA GeForce RTX 4090", "Qwen3-4B FP16 (8.05 GB)", 4.02,
-                  8.05e9, QWEN3_4B_KV, 256, ((1, 136.5),),
-                  "vllm-project/vllm issue #48035 (v0.19.1, batch 1, 2026-07-08)"),
-)
 
 
 def tensor_parallel_refusal(candidate: Candidate, model: ModelSpec, n: int) -> str:
@@ -191,6 +164,16 @@ def _weights_path(candidate: Candidate, model: ModelSpec) -> str:
     return f"/models/{model.name}-{suffix}"
 
 
+_FP8_NATIVE_CC = next(f.min_cc for f in FACTS if f.id == "vllm-fp8-native-cc")
+# FP8 multiplies in FP8 where the GPU has FP8 tensor cores (else W8A16 at 16 bit); AWQ and GPTQ
+# 4-bit run W4A16 (Marlin), INT8 W8A8 at int8. Embeddings and lm_head stay 16-bit.
+FORMATS = {
+    "bf16": WeightFormat(16, 16, 16), "fp8": WeightFormat(8, 8, 16, "fp8", _FP8_NATIVE_CC),
+    "awq": WeightFormat(4, 4.15625, 16), "gptq": WeightFormat(4, 4.15625, 16), "int4": WeightFormat(4, 4.15625, 16),
+    "int8": WeightFormat(8, 8.125, 16, "int8"),
+}
+
+
 @register
 class Vllm(AdvisorEngine):
     name = VLLM
@@ -202,7 +185,7 @@ class Vllm(AdvisorEngine):
     overhead_why = "CUDA context and cuBLAS workspace plus vLLM's profiled activation peak and CUDA graphs"
     several_gpus = "tensor parallel"
     memory_share_fact = "vllm-gpu-memory-utilization"
-    published = PUBLISHED
+    formats = FORMATS
     version_fact = "vllm-min-cc-v0.20"
 
     def read_build(self, version_text: str):
@@ -249,10 +232,6 @@ class Vllm(AdvisorEngine):
                 f"{fmt(one_sequence)} GiB of KV cache for one sequence, more than the "
                 f"{fmt(max(pool_gib, 0))} GiB left: it would refuse to start "
                 f"({fact('vllm-max-model-len').source}).")
-
-    def precision(self, candidate: Candidate, cc: tuple[int, int]) -> str:
-        """FP8 only where vLLM runs FP8 natively, else FP16 (W4A16 and W8A16 kernels included)."""
-        return "fp8" if candidate.quantization == "fp8" and tuple(cc) >= fact("vllm-fp8-native-cc").min_cc else "fp16"
 
     def launch(self, candidate, model, gpu, workload, fit) -> Launch:
         cc = tuple(gpu.compute_capability)
