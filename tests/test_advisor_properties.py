@@ -183,6 +183,9 @@ def test_every_number_in_the_words_comes_from_evidence_facts_or_inputs(gpu, work
                 allowed |= {x for x in (read.value, read.tok_s, *(read.band or ())) if x is not None}
         e, agg = r.predicted["energy_per_token_j"].value, r.predicted["aggregate_tok_s"].value
         allowed |= {e * agg} if e is not None and agg is not None else set()
+    if rec.cards is not None:  # one card against a split: each measured figure as a share of another
+        values = [v for row in rec.cards.rows for v in (row.decode_tok_s_p50, row.aggregate_tok_s) if v]
+        allowed |= {a / b * 100 for a in values for b in values}
     for e in fitted()["engines"].values():  # what the estimate's note says of its fit
         allowed |= {e["rows"], len(e["gpus"]), e["leave_one_gpu_out"]["all"]["median_abs_error"] * 100}
     board = peak_of(gpu.name).power_w if peak_of(gpu.name) else None

@@ -11,8 +11,10 @@ Each engine is fitted on its own rows by robust least squares on log(predicted /
 row weighted by 1 / sqrt(its source's rows) so one large table does not outvote ten small ones,
 with a weak pull of every parameter toward its physical default (steptime.PARAMETERS) and of each
 architecture's factor toward 1. The band an estimate carries is the 10th to 90th percentile of
-the held-out ratios measured / predicted when each source in turn was left out of the fit: what
-the model's error was on figures it had not seen.
+log(published / predicted) for figures of its kind (speed, per-token time, time to first token;
+one user or several) when each GPU in turn was left out of the fit: what the model's error was on
+GPUs it had not seen. Where one GPU holds most figures of a kind, leaving it out leaves nothing to
+fit them on: that band is the fit's own spread instead, and fitted.json says so (band_basis).
 """
 
 from __future__ import annotations
@@ -43,13 +45,19 @@ FIGURE_OF = {"decode_tok_s": "decode_tok_s", "per_user_tok_s": "decode_tok_s", "
              "prefill_tok_s": "prefill_tok_s", "batch_decode_tok_s": "batch_decode_tok_s", "ttft_p90_ms": "ttft_p90_ms",
              "request_tok_s": "request_tok_s", "latency_s": "latency_s"}
 # Which band a figure's error counts toward, in its own unit: speeds (tok/s), per-token and batch
-# times, or the time to first token (queueing makes it the hardest to predict).
-FAMILY = {"ttft_ms": "ttft", "ttft_p90_ms": "ttft", "tpot_ms": "time", "latency_s": "time"}
-FAMILIES = ("speed", "time", "ttft")
+# times, or the time to first token (queueing makes it the hardest to predict); each for one user
+# alone and for several ("-many": the server's batching and queueing, far less often published).
+KIND = {"ttft_ms": "ttft", "ttft_p90_ms": "ttft", "tpot_ms": "time", "latency_s": "time"}
+FAMILIES = ("speed", "time", "ttft", "speed-many", "time-many", "ttft-many")
+
+
+def family_of(metric: str, users: float) -> str:
+    return KIND.get(metric, "speed") + ("-many" if users > 1 else "")
 MIN_BAND_FIGURES = 10
+ONE_GPU = 0.8  # a family whose figures are more than this share one GPU's has no held-out band
 PRIOR_WEIGHT = 0.05  # per parameter, in log units: a weak pull toward the physical default
 ARCH_WEIGHT = 0.5  # per architecture factor, toward 1
-BOUNDS = {"bw_eff_16": (0.05, 1.0), "bw_eff_8": (0.05, 1.0), "bw_eff_4": (0.05, 1.0), "mma_eff": (0.005, 1.0),
+BOUNDS = {"bw_eff_16": (0.05, 1.0), "bw_eff_8": (0.05, 1.0), "bw_eff_4": (0.05, 1.0), "mma_eff": (0.005, 1.0), "kv_eff": (0.01, 1.0),
           "pf_eff": (0.005, 1.0)}
 
 
@@ -69,6 +77,7 @@ class Row:
     metric: str
     value: float
     url: str
+    family: str  # its band's (family_of)
     group: tuple  # (gpus, split, link, arrival): evaluated together
     numbers: dict
 
@@ -111,7 +120,8 @@ def usable(rows: list[dict]) -> tuple[list[Row], list[tuple[int, str]]]:
             numbers["slots"] = min(numbers["slots"], max(1.0, pool * cards // per_sequence))
         group = (int(r["gpu_count"]), r["split"] if int(r["gpu_count"]) > 1 else "",
                  r["interconnect"] if int(r["gpu_count"]) > 1 else "", r.get("arrival") or "closed")
-        out.append(Row(i, r["engine"], r["gpu"], r["source"], r["metric"], value, r.get("url", ""), group, numbers))
+        out.append(Row(i, r["engine"], r["gpu"], r["source"], r["metric"], value, r.get("url", ""),
+                       family_of(r["metric"], float(r["users"])), group, numbers))
     return out, left
 
 
@@ -229,25 +239,37 @@ def summary(pairs: list[tuple[Row, float]], bands: dict[str, tuple[float, float]
     if not pairs:
         return {"rows": 0}
     abs_err = [abs(p / r.value - 1) for r, p in pairs]
-    inside = [bands[FAMILY.get(r.metric, "speed")][0] <= math.log(r.value / p)
-              <= bands[FAMILY.get(r.metric, "speed")][1] for r, p in pairs]
+    inside = [bands[r.family][0] <= math.log(r.value / p) <= bands[r.family][1] for r, p in pairs]
     return {"rows": len(pairs), "median_abs_error": round(_quantile(abs_err, 0.5), 4),
             "within_band": round(sum(inside) / len(inside), 4)}
 
 
-def bands_of(pairs: list[tuple[Row, float]]) -> dict[str, tuple[float, float]]:
-    """The 10th-90th percentile of log(published / predicted) per family; a family with fewer
-    than MIN_BAND_FIGURES held-out figures borrows the speed band (inverted for times: a time
-    is a speed's inverse)."""
-    out = {}
+def bands_of(pairs: list[tuple[Row, float]], in_sample: list[tuple[Row, float]]) -> tuple[dict, dict]:
+    """The 10th-90th percentile of log(published / predicted) per family, and how each was made:
+    from the pairs held out one GPU at a time, unless one GPU holds most of the family's figures
+    (leaving it out leaves nothing to fit that figure on), then from the fit's own residuals, said;
+    a family with fewer than MIN_BAND_FIGURES figures borrows the speed band (inverted for times: a
+    time is a speed's inverse)."""
+    out, basis = {}, {}
     for family in FAMILIES:
-        errs = _errors([(r, p) for r, p in pairs if FAMILY.get(r.metric, "speed") == family])
+        mine = [(r, p) for r, p in pairs if r.family == family]
+        counts = [sum(1 for r, _ in mine if r.gpu == g) for g in {r.gpu for r, _ in mine}]
+        if mine and max(counts) > ONE_GPU * len(mine):
+            mine, how = [(r, p) for r, p in in_sample if r.family == family], "in-sample"
+        else:
+            how = "held-out"
+        errs = _errors(mine)
         if len(errs) >= MIN_BAND_FIGURES:
-            out[family] = (_quantile(errs, 0.1), _quantile(errs, 0.9))
-    lo, hi = out["speed"]
-    out.setdefault("time", (-hi, -lo))
-    out.setdefault("ttft", out["time"])
-    return out
+            out[family], basis[family] = (_quantile(errs, 0.1), _quantile(errs, 0.9)), how
+    for many in ("", "-many"):  # what a family lacks it borrows: a time is a speed's inverse
+        if "speed" + many not in out:
+            out["speed" + many], basis["speed" + many] = out["speed"], basis["speed"]
+        lo, hi = out["speed" + many]
+        if "time" + many not in out:
+            out["time" + many], basis["time" + many] = (-hi, -lo), basis["speed" + many]
+        if "ttft" + many not in out:
+            out["ttft" + many], basis["ttft" + many] = out["time" + many], basis["time" + many]
+    return out, basis
 
 
 def _round(x: float) -> float:
@@ -258,7 +280,8 @@ def fit_engine(rows: list[Row]) -> dict:
     params = fit_rows(rows)
     by_source = held_out(rows, lambda r: r.source, params)
     by_gpu = held_out(rows, lambda r: r.gpu, params)
-    bands = bands_of(by_source)
+    fitted = predict_rows(params, rows)
+    bands, band_basis = bands_of(by_gpu, list(zip(rows, fitted)))
     per_gpu = {}
     for g in sorted({r.gpu for r, _ in by_gpu}):
         per_gpu[g] = summary([(r, p) for r, p in by_gpu if r.gpu == g], bands)
@@ -267,11 +290,14 @@ def fit_engine(rows: list[Row]) -> dict:
         mine = [r for r in rows if r.source == s]
         per_source[s] = {**summary([(r, p) for r, p in by_source if r.source == s], bands),
                          "url": mine[0].url, "gpus": sorted({r.gpu for r in mine})}
-    fitted = predict_rows(params, rows)
+    regimes = {"one user": lambda r: not r.family.endswith("-many"), "several users": lambda r: r.family.endswith("-many")}
     return {
+        "by_regime": {name: {"leave_one_gpu_out": summary([(r, p) for r, p in by_gpu if keep(r)], bands),
+                             "leave_one_source_out": summary([(r, p) for r, p in by_source if keep(r)], bands)}
+                      for name, keep in regimes.items()},
         "params": {k: _round(v) for k, v in params.values.items()},
         "arch": {a: {f: _round(v) for f, v in fs.items()} for a, fs in params.arch.items()},
-        "bands": {f: [_round(lo), _round(hi)] for f, (lo, hi) in bands.items()},
+        "bands": {f: [_round(lo), _round(hi)] for f, (lo, hi) in bands.items()}, "band_basis": band_basis,
         "rows": len(rows), "gpus": sorted({r.gpu for r in rows}), "sources": sorted({r.source for r in rows}),
         "in_sample": summary(list(zip(rows, fitted)), bands),
         "leave_one_gpu_out": {"all": summary(by_gpu, bands), "per_gpu": per_gpu},
@@ -308,14 +334,18 @@ def report(result: dict) -> str:
     the fit in turn, then every source."""
     lines = []
     for name, e in sorted(result["engines"].items()):
-        g, s = e["leave_one_gpu_out"], e["leave_one_source_out"]
-        lo, hi = e["bands"]["speed"]
-        lines += [f"**{name}**: {e['rows']} figures on {len(e['gpus'])} GPUs from {len(e['sources'])} sources. "
-                  f"Left out one GPU at a time: median error {g['all']['median_abs_error'] * 100:.0f} %, "
-                  f"{g['all']['within_band'] * 100:.0f} % inside the band; one source at a time: "
-                  f"{s['all']['median_abs_error'] * 100:.0f} %, {s['all']['within_band'] * 100:.0f} % inside. "
-                  f"Speed band: {math.exp(lo) * 100:.0f} % to {math.exp(hi) * 100:.0f} % of the estimate.", "",
-                  "| GPU left out | figures | median error | inside the band |", "|---|---:|---:|---:|"]
+        g = e["leave_one_gpu_out"]
+        lines += [f"**{name}**: {e['rows']} figures on {len(e['gpus'])} GPUs from {len(e['sources'])} sources.", "",
+                  "| figures of | left out | figures | median error | inside the band | speed band | band from |",
+                  "|---|---|---:|---:|---:|---|---|"]
+        for regime, many in (("one user", ""), ("several users", "-many")):
+            lo, hi = e["bands"]["speed" + many]
+            for how, key in (("one GPU at a time", "leave_one_gpu_out"), ("one source at a time", "leave_one_source_out")):
+                v = e["by_regime"][regime][key]
+                lines.append(f"| {regime} | {how} | {v['rows']} | {v['median_abs_error'] * 100:.0f} % | "
+                             f"{v['within_band'] * 100:.0f} % | {math.exp(lo) * 100:.0f}-{math.exp(hi) * 100:.0f} % | "
+                             f"{e['band_basis']['speed' + many]} |")
+        lines += ["", "| GPU left out | figures | median error | inside the band |", "|---|---:|---:|---:|"]
         lines += [f"| {gpu} | {v['rows']} | {v['median_abs_error'] * 100:.0f} % | {v['within_band'] * 100:.0f} % |"
                   for gpu, v in g["per_gpu"].items()]
         lines.append("")

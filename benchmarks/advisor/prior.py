@@ -31,7 +31,7 @@ ESTIMATED = "estimated, not measured"
 SPLIT_OF = {"one GPU": "", "tensor parallel": "tp", "layer split": "layer-split"}
 # The metrics an estimate gives, and which fitted band (fit.FAMILY) each carries.
 BAND_OF = {"decode_tok_s_p50": "speed", "aggregate_tok_s": "speed", "tpot_ms_p50": "time",
-           "ttft_ms_p50": "ttft", "ttft_ms_p90": "ttft"}
+           "ttft_ms_p50": "ttft", "ttft_ms_p90": "ttft"}  # fit.FAMILIES: "-many" appended beyond one user
 
 
 def decode_context(workload_or_ev) -> float:
@@ -157,6 +157,7 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
 
     layout, s, p = max(options, key=merit)
     bands = {k: tuple(v) for k, v in data["bands"].items()}
+    many = "-many" if workload.users > 1 else ""
     aggregate = p.output_tok_s * layout.replicas
     values = {"decode_tok_s_p50": p.decode_tok_s, "aggregate_tok_s": aggregate, "tpot_ms_p50": p.tpot_ms,
               "ttft_ms_p50": p.ttft_p50_ms, "ttft_ms_p90": p.ttft_p90_ms}
@@ -165,7 +166,7 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
              f"GPUs; on GPUs left out of its fit it was off by a median {_pct(loo['median_abs_error'])}")
     metrics = {}
     for name, value in values.items():
-        lo, hi = _band(value, bands[BAND_OF[name]])
+        lo, hi = _band(value, bands[BAND_OF[name] + many])
         metrics[name] = Predicted(name, value, "estimated", (workload.users,), (), f"{short}: {fmt(lo)} to {fmt(hi)}",
                                   (lo, hi))
     users = s.users
@@ -175,7 +176,7 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
            f"{fmt(read_gb)} GB (weights + KV cache at {fmt(s.prompt_tokens + s.output_tokens / 2)} tokens each) at "
            f"{fmt(peak.bandwidth_gbs)} GB/s ({peak.name}, {peak.source}){where}, and a {workload.prompt_tokens}-token "
            f"prompt is prefilled between steps")
-    band = bands["speed"]
+    band = bands["speed" + many]
     sentence = (f"{ESTIMATED[0].upper() + ESTIMATED[1:]}: {how}. {fmt(p.decode_tok_s)} tok/s per stream, "
                 f"{fmt(aggregate)} tok/s in all, time to first token {fmt(p.ttft_p50_ms)} ms (p90 "
                 f"{fmt(p.ttft_p90_ms)}). The model's fixed, per-layer, per-sequence and efficiency terms are fitted to "

@@ -4,9 +4,8 @@ and measured figures (benchmarks/advisor/fit.py, benchmarks/advisor/fitted.json)
 
 A decode step of B sequences, each holding c tokens of context:
 
-    t_dec(B) = step + layers x per_layer + max(bytes / (bandwidth x bw_eff), ops / (peak x mma_eff))
-               + (B - 1) x per_sequence
-    bytes = weights + B x c x KV bytes per token
+    t_dec(B) = step + layers x per_layer + max(reads, ops / (peak x mma_eff)) + (B - 1) x per_sequence
+    reads = weights / (bandwidth x bw_eff) + B x c x KV bytes per token / (bandwidth x kv_eff)
     ops   = B x 2 x parameters (at mma_eff) + B x 4 x layers x attention width x c (at attn_eff)
 
 `step` and `per_layer` are the fixed costs (launches, synchronisation, the scheduler) that make a
@@ -47,6 +46,7 @@ from .gpus import architecture
 PARAMETERS = {
     "bw_eff_16": 0.8, "bw_eff_8": 0.7, "bw_eff_4": 0.6,  # share of datasheet bandwidth reading weights of
     # 16, 8 and 4 bits
+    "kv_eff": 0.5,  # share of it the KV cache's reads reach
     "per_layer_us": 20.0,  # fixed time per layer and decode step (kernel launches)
     "step_ms": 0.5,  # fixed time per decode step (scheduler, one sequence's sampling)
     "per_sequence_ms": 0.1,  # each further sequence in the step
@@ -57,13 +57,15 @@ PARAMETERS = {
     "allreduce_nvlink_us": 15.0, "allreduce_pcie_us": 40.0,  # one all-reduce's latency
     "hop_us": 30.0,  # a layer split's hand-over from one card to the next
 }
-# Per GPU architecture, a factor on bw_eff and on pf_eff (1 where the figures have none): kernels are
-# tuned for some generations more than others.
+# Per GPU architecture, a factor on bw_eff and one on the matrix work (prefill's and batched decode's;
+# 1 where the figures have none): kernels are tuned for some generations more than others.
 ARCH_FACTORS = ("bw", "pf")
 LINK_GBS = {"nvlink": 300.0, "pcie": 25.0}  # the bandwidth an all-reduce's bytes move at, GB/s per direction
-# Time to first token: at the median the prefills ahead of a request are half the cycle's prefill
-# share of one prefill; at p90, twice it (a Poisson count of arrivals while prefill runs).
-TTFT_QUEUE = {"p50": 0.5, "p90": 2.0}
+# Time to first token: a closed loop's requests arrive bunched (they end together and come back
+# together), so a new prompt finds others queued ahead: of the other users' prompts, the share of
+# the cycle the GPU spends on prompts, of which the median request waits behind half and the 90th
+# percentile behind 90 %.
+TTFT_QUEUE = {"p50": 0.5, "p90": 0.9}
 # llama.cpp's default batch and micro-batch (-b 2048, -ub 512): how deep a layer split's pipeline runs.
 PIPELINE_BATCH, MICRO_BATCH = 2048, 512
 
@@ -124,16 +126,22 @@ def bw_eff(p: Params, bits, arch_bw):
     return _min(e * arch_bw, 1.0)  # no read beats the datasheet
 
 
-def decode_step_s(p: Params, s, users, context, arch_bw, arch_pf=1.0):
-    """One decode step of `users` sequences at `context` tokens each, in seconds (see the module)."""
+def decode_step_s(p: Params, s, users, context, arch_bw, arch_pf=1.0, server=True):
+    """One decode step of `users` sequences at `context` tokens each, in seconds (see the module);
+    `server=False` leaves out the server's per-sequence handling (a kernel benchmark's batch, such
+    as llama-batched-bench's, samples greedily in the same process)."""
     cards = _tp_cards(s)
-    bytes_read = (s.weight_bytes + users * context * s.kv_bytes_per_token) / cards
-    memory = bytes_read / (s.bandwidth_gbs * 1e9 * bw_eff(p, s.bits, arch_bw))
+    # the KV cache's reads go at their own share of the bandwidth (attention's gathers, not one stream)
+    memory = (s.weight_bytes / (s.bandwidth_gbs * 1e9 * bw_eff(p, s.bits, arch_bw))
+              + users * context * s.kv_bytes_per_token / (s.bandwidth_gbs * 1e9 * p["kv_eff"])) / cards
     linear = users * 2 * s.params_b * 1e9 / cards
     attention = users * 4 * s.layers * s.attention_width * context / cards
-    compute = linear / (s.decode_tflops * 1e12 * p["mma_eff"]) + attention / (s.prefill_tflops * 1e12 * p["attn_eff"])
+    # the architecture's kernel factor (arch_pf) holds for batched decode too: the same matrix kernels
+    compute = (linear / (s.decode_tflops * 1e12 * p["mma_eff"])
+               + attention / (s.prefill_tflops * 1e12 * p["attn_eff"])) / arch_pf
     fixed = p["step_ms"] / 1e3 + s.layers * p["per_layer_us"] / 1e6
-    return fixed + _max(memory, compute) + (users - 1) * p["per_sequence_ms"] / 1e3 + _comm_s(p, s, users)
+    per_sequence = (users - 1) * p["per_sequence_ms"] / 1e3 if server else 0.0
+    return fixed + _max(memory, compute) + per_sequence + _comm_s(p, s, users)
 
 
 def prefill_s(p: Params, s, tokens, depth, arch_bw, arch_pf):
@@ -216,15 +224,15 @@ def predict_arrays(p: Params, s, arch_bw, arch_pf) -> Predicted:
         per_token = step + _min(users, active) / 2 * pf / _max(out, 1)
     else:
         waiting = _max(users / active - 1, 0) * cycle  # beyond the slots: a slot frees once per cycle each
-        share = active * pf / cycle
-        ttft = {q: (admit + pf + step / 2 * (1 if q == "p50" else 2) + k * share * pf + waiting) * 1e3
+        share = active * pf / cycle  # of the GPU's time, prompts; the larger, the longer the queue of them
+        ttft = {q: (admit + pf + step / 2 * (1 if q == "p50" else 2) + k * (active - 1) * share * pf + waiting) * 1e3
                 for q, k in TTFT_QUEUE.items()}
     batch_prefill = prefill_s(p, s, s.prompt_tokens * users, s.depth, arch_bw, arch_pf) + admit
     return Predicted(
         decode_tok_s=1 / per_token, tpot_ms=per_token * 1e3, output_tok_s=replicas * active * out / cycle,
         ttft_p50_ms=ttft["p50"], ttft_p90_ms=ttft["p90"],
         prefill_tok_s=s.prompt_tokens / prefill_s(p, s, s.prompt_tokens, s.depth, arch_bw, arch_pf),
-        batch_decode_tok_s=replicas * active / step,
+        batch_decode_tok_s=replicas * active / decode_step_s(p, s, active, context, arch_bw, arch_pf, server=False),
         request_tok_s=out / (admit + pf + out * alone),
         latency_s=batch_prefill + out * decode_step_s(p, s, users, context, arch_bw, arch_pf))
 
