@@ -229,7 +229,8 @@ def predict_arrays(p: Params, s, arch_bw, arch_pf) -> Predicted:
                 for q, k in TTFT_QUEUE.items()}
     batch_prefill = prefill_s(p, s, s.prompt_tokens * users, s.depth, arch_bw, arch_pf) + admit
     return Predicted(
-        decode_tok_s=1 / per_token, tpot_ms=per_token * 1e3, output_tok_s=replicas * active * out / cycle,
+        # (a prefill-only figure, no output, has no decode: kept finite)
+        decode_tok_s=1 / _max(per_token, 1e-9), tpot_ms=per_token * 1e3, output_tok_s=replicas * active * out / cycle,
         ttft_p50_ms=ttft["p50"], ttft_p90_ms=ttft["p90"],
         prefill_tok_s=s.prompt_tokens / prefill_s(p, s, s.prompt_tokens, s.depth, arch_bw, arch_pf),
         batch_decode_tok_s=replicas * active / decode_step_s(p, s, active, context, arch_bw, arch_pf, server=False),
