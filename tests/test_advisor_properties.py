@@ -187,7 +187,8 @@ def test_every_number_in_the_words_comes_from_evidence_facts_or_inputs(gpu, work
         values = [v for row in rec.cards.rows for v in (row.decode_tok_s_p50, row.aggregate_tok_s) if v]
         allowed |= {a / b * 100 for a in values for b in values}
     for e in fitted()["engines"].values():  # what the estimate's note says of its fit
-        allowed |= {e["rows"], len(e["gpus"]), e["leave_one_gpu_out"]["all"]["median_abs_error"] * 100}
+        allowed |= {e["rows"], len(e["gpus"])} | {r["leave_one_gpu_out"]["median_abs_error"] * 100
+                                                   for r in e["by_regime"].values()}
     board = peak_of(gpu.name).power_w if peak_of(gpu.name) else None
     allowed |= {x * 100 for x in POWER_SHARE} | ({share * board * n for share in POWER_SHARE
                                                   for n in range(1, gpu.count + 1)} if board else set())

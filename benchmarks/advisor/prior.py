@@ -161,9 +161,10 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
     aggregate = p.output_tok_s * layout.replicas
     values = {"decode_tok_s_p50": p.decode_tok_s, "aggregate_tok_s": aggregate, "tpot_ms_p50": p.tpot_ms,
               "ttft_ms_p50": p.ttft_p50_ms, "ttft_ms_p90": p.ttft_p90_ms}
-    loo = data["leave_one_gpu_out"]["all"]
+    regime = "several users" if many else "one user"
+    loo = data["by_regime"][regime]["leave_one_gpu_out"]
     short = (f"{ESTIMATED}: the step-time model, fitted to {data['rows']} published figures on {len(data['gpus'])} "
-             f"GPUs; on GPUs left out of its fit it was off by a median {_pct(loo['median_abs_error'])}")
+             f"GPUs; for {regime}, on GPUs left out of its fit it was off by a median {_pct(loo['median_abs_error'])}")
     metrics = {}
     for name, value in values.items():
         lo, hi = _band(value, bands[BAND_OF[name] + many])
@@ -183,10 +184,12 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
                 f"{data['rows']} published figures of {backends.label(fitted_as)} on {len(data['gpus'])} GPUs"
                 + (f" (no figure of {backends.label(candidate.backend)} in it yet: its steps are taken as "
                    f"{backends.label(fitted_as)}'s)" if fitted_as != candidate.backend else "") + " "
-                f"(benchmarks/advisor/figures.csv); left out of the fit, a GPU's figures were off by a median "
-                f"{_pct(loo['median_abs_error'])}, and the band ({_pct(math.exp(band[0]))} to "
-                f"{_pct(math.exp(band[1]))} of the estimate) is the 10th to 90th percentile of the errors on "
-                f"sources left out.")
+                f"(benchmarks/advisor/figures.csv); left out of the fit, a GPU's figures for {regime} were off by a "
+                f"median {_pct(loo['median_abs_error'])}. The band ({_pct(math.exp(band[0]))} to "
+                f"{_pct(math.exp(band[1]))} of the estimate) is the 10th to 90th percentile of "
+                + ("the errors on GPUs left out." if data["band_basis"]["speed" + many] == "held-out" else
+                   "the fit's own errors: most figures of this kind come from one GPU, so none is left to check it "
+                   "on.") )
     layout_words = ""
     if len(options) > 1:
         parts = [f"{o[0].words()}: {fmt(o[2].decode_tok_s)} tok/s per stream, "
