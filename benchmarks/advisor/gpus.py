@@ -118,6 +118,9 @@ PEAKS: tuple[GpuPeak, ...] = (
     GpuPeak("L40S", ("l40s",), (8, 9), 48, 864, 362, 733, 733, power_w=350),
     GpuPeak("L40", ("l40",), (8, 9), 48, 864, 181, 362, 362, power_w=300),
     GpuPeak("RTX 6000 Ada", ("6000", "ada"), (8, 9), 48, 960, 364, 728.5, 728.5, power_w=300),
+    # The datasheets give FP8 with sparsity (1,044.4 and 306.8 TFLOPS): dense is half, 16 bit half again.
+    GpuPeak("RTX 5000 Ada", ("5000", "ada"), (8, 9), 32, 576, 261.1, 522.2, 522.2, power_w=250),
+    GpuPeak("RTX 4000 Ada", ("4000", "ada"), (8, 9), 20, 360, 76.7, 153.4, 153.4, power_w=130),
     GpuPeak("GeForce RTX 4090", ("4090",), (8, 9), 24, 1008, 165, 660, 330, source=GEFORCE, power_w=450),
     GpuPeak("GeForce RTX 4080 SUPER", ("4080", "super"), (8, 9), 16, 736, 104, 418, 209, source=GEFORCE, power_w=320),
     GpuPeak("GeForce RTX 4080", ("4080",), (8, 9), 16, 717, 97.5, 390, 195, source=GEFORCE, power_w=320),
@@ -141,7 +144,7 @@ PEAKS: tuple[GpuPeak, ...] = (
 )
 
 
-VARIANT_WORDS = {"ti", "super"}
+VARIANT_WORDS = {"ti", "super", "sff"}  # an RTX 4000 SFF Ada is a 70 W card with 280 GB/s
 
 
 def peak_of(gpu_name: str) -> GpuPeak | None:
