@@ -910,6 +910,14 @@ class TextTimeField(forms.TimeField):
         return super().to_python(value)
 
 
+def cron_min_gap_s(schedule) -> int:
+    """The shortest time between two runs of a celery crontab, in seconds: its firing minutes of a
+    day (every hour x minute it names), the gap across midnight included."""
+    times = sorted(h * 60 + m for h in schedule.hour for m in schedule.minute)
+    gaps = [b - a for a, b in zip(times, times[1:])] + [1440 - times[-1] + times[0]]
+    return min(gaps) * 60
+
+
 class ScheduleForm(forms.Form):
     """When a run repeats, and who is told of a regression: the run page's "Repeat this run on a
     schedule" and the API's schedules (their JSON as this form's data)."""
@@ -958,12 +966,17 @@ class ScheduleForm(forms.Form):
                 self.add_error("cron", "Five fields: minute hour day-of-month month day-of-week, e.g. 30 2 * * 1-5.")
             else:
                 try:
-                    crontab(minute=parts[0], hour=parts[1], day_of_month=parts[2], month_of_year=parts[3],
-                            day_of_week=parts[4])
+                    schedule = crontab(minute=parts[0], hour=parts[1], day_of_month=parts[2], month_of_year=parts[3],
+                                       day_of_week=parts[4])
                 except (ValueError, TypeError, IndexError, KeyError) as exc:
                     self.add_error("cron", f"Not a cron expression: {exc}")
                 else:
-                    data["cron"] = " ".join(parts)
+                    gap = cron_min_gap_s(schedule)
+                    if gap < settings.SCHEDULE_MIN_INTERVAL_S:  # the interval's minimum holds for cron too
+                        self.add_error("cron", f"At least {settings.SCHEDULE_MIN_INTERVAL_S} s between runs: this "
+                                               f"expression fires {gap // 60} minute{'s' if gap != 60 else ''} apart.")
+                    else:
+                        data["cron"] = " ".join(parts)
         if every == Schedule.INTERVAL:
             interval = data.get("interval_s")
             if interval is None and "interval_s" not in self.errors:

@@ -56,6 +56,14 @@ def test_a_member_schedules_a_run_reads_pauses_resumes_and_deletes_it():
     ({"run": "RUN", "every": "daily"}, "at", "Give the time of day"),
     ({"run": "RUN", "every": "cron", "cron": "* * *"}, "cron", "Five fields"),
     ({"run": "RUN", "every": "interval", "interval_s": 5}, "interval_s", "At least 900 s"),
+    # a cron expression is held to the interval's minimum: every minute, or 4 minutes apart across the hour
+    ({"run": "RUN", "every": "cron", "cron": "* * * * *"}, "cron", "At least 900 s between runs: this expression "
+                                                                  "fires 1 minute apart"),
+    ({"run": "RUN", "every": "cron", "cron": "*/14 * * * *"}, "cron", "fires 4 minutes apart"),
+    ({"run": "RUN", "every": "daily", "at": "03:00", "webhook_url": "https://user:pw@hooks.example.org/v100"},
+     "webhook_url", "must not carry a user name or password"),
+    ({"run": "RUN", "every": "daily", "at": "03:00", "webhook_url": "https://token@hooks.example.org/v100"},
+     "webhook_url", "must not carry a user name or password"),
     ({"run": "RUN", "every": "hourly"}, "every", "Select a valid choice"),
     ({"run": "RUN", "every": "daily", "at": "03:00", "alert_emails": "not-an-address"}, "alert_emails", "not an e-mail"),
     ({"run": "RUN", "every": "daily", "at": "03:00", "webhook_url": "http://169.254.169.254/"}, "webhook_url",

@@ -78,6 +78,8 @@ def url_problem(url: str, policy: AddressPolicy) -> str:
         return "Use an http:// or https:// URL with a host."
     if "#" in url:
         return "A webhook URL takes no fragment."
+    if parsed.userinfo:  # it would be stored and shown back in full: the secret field signs instead
+        return "A webhook URL must not carry a user name or password: give the receiver's secret instead."
     netloc = parsed.netloc.decode("ascii", "replace")
     problem = policy.url_problem(f"{parsed.scheme}://{netloc}/")
     return problem.replace("an inference server", "a webhook receiver")
