@@ -531,6 +531,10 @@ class RunForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        for name, field in self.fields.items():  # int() takes "５１２" and "٥": a number here is ASCII digits
+            raw = self.data.get(self.add_prefix(name)) if hasattr(self.data, "get") else None
+            if isinstance(field, (forms.IntegerField, forms.FloatField)) and isinstance(raw, str) and not raw.isascii():
+                self.add_error(name, "Use ASCII digits (0-9).")
         self._clean_quality(data)
         data["trials"] = data.get("trials") or 1
         data["slo_percentile"] = data.get("slo_percentile") or 99

@@ -86,6 +86,14 @@ def run_form_data(body) -> tuple[dict, dict]:
             data[name] = _value(name, field, value, names)
         except RunPayloadError as e:
             errors.update(e.errors)
+            continue
+        # A value sent is judged even where the load mode does not use it (the form, for its page,
+        # drops the errors of fields the mode hides): never silently replaced by a default.
+        if isinstance(field, (forms.IntegerField, forms.FloatField, forms.TypedChoiceField)):
+            try:
+                field.clean(data[name])
+            except forms.ValidationError as e:
+                errors[name] = list(e.messages)
     if errors:
         raise RunPayloadError(errors)
     return data, files
