@@ -41,6 +41,16 @@ def error_of(data, kind=None, filename="", **limits) -> str:
 
 # --- vllm bench serve ---------------------------------------------------------------------
 
+@pytest.mark.parametrize("change, words", [
+    ({"p99_ttft_ms": 1e308}, "ttft_ms p99 is 1e+308, outside 0 to 8.64e+07"),
+    ({"p99_ttft_ms": 100.0}, "ttft_ms p99 (100) is below its p90 (683.427): percentiles cannot fall"),
+    ({"output_throughput": 1e12}, "aggregate_tok_s is 1000000000000.0, outside 0 to 1e+07"),
+])
+def test_absurd_or_inconsistent_figures_are_refused_with_their_level_and_field(change, words):
+    src = {**doc("vllm_bench_serve_c8_detailed.json"), **change}
+    message = error_of(dump(src))
+    assert "level" in message and words in message, message
+
 def test_vllm_detailed_result_maps_to_one_level():
     src = doc("vllm_bench_serve_c8_detailed.json")
     report = parse_report(raw("vllm_bench_serve_c8_detailed.json"), "run.json")

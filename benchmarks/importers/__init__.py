@@ -83,10 +83,41 @@ def _parse(data: bytes, filename: str, kind: str | None, max_bytes: int,
     if len(report.title) > TITLE_LENGTH:  # a title made from long model and GPU names
         report.title = report.title[:TITLE_LENGTH - 1] + "…"
     _check_storable(report)
+    _check_plausible(report)
     if not any(level.has_figures() for level in report.levels):
         raise ReportFormatError(f"{report.tool_label}: nothing to chart — no level states a "
                                 "usable figure (no successful requests, or only pp+tg tests)")
     return report
+
+
+# No figure a real run gives is past these (a day of latency; ten million tokens a second): a value
+# beyond is a broken file, refused with its level and field rather than charted.
+PLAUSIBLE_MAX = {"ms": 86_400_000.0, "tok_s": 1e7}
+_ORDER = ("min", "p25", "p50", "p75", "p90", "p95", "p99", "p99.9", "max")  # a distribution's rising statistics
+
+
+def _check_plausible(report: ImportedReport) -> None:
+    """Every stated figure finite, not negative, within PLAUSIBLE_MAX, and each distribution's
+    percentiles in order (a p99 below the median cannot be): else ReportFormatError naming the
+    level and the field."""
+    where = _WHERE.get(report.kind, report.tool_label)
+    for level in report.levels:
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s", "prefill_tok_s"):
+            stats = getattr(level, name) or {}
+            limit = PLAUSIBLE_MAX["ms" if name.endswith("_ms") else "tok_s"]
+            for stat, value in stats.items():
+                if not isinstance(value, (int, float)) or not 0 <= value <= limit:
+                    raise ReportFormatError(f"{where}: level {level.label}: {name} {stat} is {value!r}, outside "
+                                            f"0 to {limit:g}: not a figure a run gives")
+            ordered = [(k, stats[k]) for k in _ORDER if k in stats]
+            for (a, x), (b, y) in zip(ordered, ordered[1:]):
+                if y < x:
+                    raise ReportFormatError(f"{where}: level {level.label}: {name} {b} ({y:g}) is below its {a} "
+                                            f"({x:g}): percentiles cannot fall")
+        for name, limit in (("aggregate_tok_s", PLAUSIBLE_MAX["tok_s"]), ("request_throughput", 1e6)):
+            value = getattr(level, name)
+            if value is not None and not 0 <= value <= limit:
+                raise ReportFormatError(f"{where}: level {level.label}: {name} is {value!r}, outside 0 to {limit:g}")
 
 
 _WHERE = {"vllm-bench-serve": vllm_serve.WHERE, "guidellm": guidellm.WHERE,
