@@ -60,11 +60,13 @@ def test_a_submitted_run_is_measured_and_stored_level_by_level(client, simulator
     for lv, logged in truth_by_level(sim, run):
         assert lv.completed == 4 and lv.failed == 0 and len(logged) == 4
         # Against what the simulator logged it did (a loaded machine makes it late): never
-        # shorter than its 20 ms prefill, nor than the truth; longer by at most what a busy
-        # worker adds between the first and last bytes of a request it sends.
+        # shorter than its 20 ms prefill; longer by at most what a busy worker adds between the
+        # first and last bytes of a request it sends; shorter than the log only by the time the
+        # simulator, descheduled after writing its first chunk, took to stamp it (the client reads
+        # the kernel's receive time: a CI run saw 1.06 ms).
         ttft, true_ttft = lv.summary["ttft_ms"]["p50"], median(
             (t["chunks"][0] - (t["arrived"] or t["received"])) * 1000 for t in logged)
-        assert 20 - 1 <= ttft and true_ttft - 1 <= ttft <= true_ttft + 8
+        assert 20 - 1 <= ttft and true_ttft - 5 <= ttft <= true_ttft + 8
         true_tpot = median((t["chunks"][-1] - t["chunks"][0]) / 9 * 1000 for t in logged)
         assert lv.summary["tpot_ms"]["p50"] == pytest.approx(true_tpot, abs=0.5)
     rec = RequestRecord.objects.filter(level__run=run).first()
