@@ -119,6 +119,15 @@ def test_production_refuses_to_start_without_a_secret_key():
     assert out.returncode != 0 and "SECRET_KEY" in out.stderr
 
 
+@pytest.mark.parametrize("key", ["short-key", "a" * 60, "django-insecure-" + "k3y-0123456789" * 4])
+def test_production_refuses_to_start_with_a_weak_secret_key(key):
+    env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY_FILE"}
+    env.update(DEPLOYMENT="production", SECRET_KEY=key, ALLOWED_HOSTS="v100site.example.org")
+    out = subprocess.run([sys.executable, "manage.py", "check"], capture_output=True, text=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode != 0 and "SECRET_KEY is weak" in out.stderr
+
+
 # --- secrets ---------------------------------------------------------------------------------
 
 def viewer():

@@ -49,6 +49,13 @@ if not SECRET_KEY:
         key_file.write_text(secrets.token_urlsafe(50))
     SECRET_KEY = key_file.read_text().strip()
 
+# Django's own measure of a weak key (security.W009), refused rather than warned about in production:
+# sessions, password resets and signed ids all rest on it.
+if PRODUCTION and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY.startswith("django-insecure-")):
+    raise RuntimeError("SECRET_KEY is weak (fewer than 50 characters, fewer than 5 distinct ones, or Django's "
+                       "'django-insecure-' prefix): make one with python -c 'import secrets; "
+                       "print(secrets.token_urlsafe(50))'")
+
 ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 if PRODUCTION:
