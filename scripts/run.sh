@@ -10,7 +10,10 @@ ensure_venv requirements.txt
 PORT=${PORT:-8000}
 # Alert e-mails and webhooks link to the site where it serves (unless SITE_URL says otherwise).
 export SITE_URL=${SITE_URL:-http://127.0.0.1:$PORT}
-mkdir -p var
+# var/ holds the key, the database (sessions, endpoints' API keys) and the broker's messages: for this
+# user alone, new files too (and an older var/ tightened).
+umask 077
+mkdir -p var && chmod -R go-rwx var
 .venv/bin/python manage.py migrate --noinput
 .venv/bin/python manage.py ensure_admin
 # The lab, ready where the cached llama-server and model exist (scripts/try-llamacpp.sh makes them):

@@ -1,7 +1,9 @@
 """Who may do what, what is never shown, and where a worker may be sent."""
 import os
+import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -126,6 +128,21 @@ def test_production_refuses_to_start_with_a_weak_secret_key(key):
     out = subprocess.run([sys.executable, "manage.py", "check"], capture_output=True, text=True, env=env,
                          cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode != 0 and "SECRET_KEY is weak" in out.stderr
+
+
+def test_the_local_key_and_its_folder_are_for_this_user_alone(tmp_path):
+    var = tmp_path / "var"
+    var.mkdir(mode=0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "SECRET_KEY_FILE", "DEPLOYMENT")}
+    env["V100SITE_VAR_DIR"] = str(var)
+    out = subprocess.run([sys.executable, "manage.py", "check"], capture_output=True, text=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr
+    assert stat.S_IMODE(var.stat().st_mode) == 0o700
+    assert stat.S_IMODE((var / "secret_key").stat().st_mode) == 0o600
+    # and run.sh makes what its processes write (the database, the broker's files) the same
+    script = (Path(__file__).parents[1] / "scripts" / "run.sh").read_text()
+    assert script.index("umask 077") < script.index("manage.py migrate")
 
 
 # --- secrets ---------------------------------------------------------------------------------

@@ -42,11 +42,15 @@ SECRET_KEY = envsecret("SECRET_KEY")
 if not SECRET_KEY:
     if PRODUCTION:
         raise RuntimeError("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEPLOYMENT=production")
-    # A per-checkout key kept under var/ so sessions survive restarts on one machine.
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # A per-checkout key kept under var/ so sessions survive restarts on one machine; var/ (the key,
+    # the SQLite database with its sessions and endpoint keys) is for this user alone: 0700, 0600.
+    VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    VAR_DIR.chmod(0o700)
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
-        key_file.write_text(secrets.token_urlsafe(50))
+        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(secrets.token_urlsafe(50))
+    key_file.chmod(0o600)
     SECRET_KEY = key_file.read_text().strip()
 
 # Django's own measure of a weak key (security.W009), refused rather than warned about in production:
