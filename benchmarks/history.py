@@ -10,6 +10,7 @@ compared with the old one. Seeds, SLOs and titles are not either: they do not ch
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 
 from django.conf import settings
@@ -40,12 +41,24 @@ def workload_shape(run: Run) -> dict:
 
 
 def workload_fingerprint(run: Run, endpoint: Endpoint) -> str:
+    return keyed(workload_digest(run, endpoint))
+
+
+def workload_digest(run: Run, endpoint: Endpoint) -> str:
+    """The unkeyed digest of what makes levels comparable (anyone knowing them could compute it)."""
     variant = endpoint.variant
     identity = {"workload": workload_shape(run), "gpu": gpu_label(endpoint), "tp": endpoint.tensor_parallel_size,
                 "model": variant.model.name if variant else endpoint.model_name,
                 "variant": [variant.name, variant.quantization] if variant else None}
     text = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def keyed(digest: str) -> str:
+    """A history's address: the workload's digest under an HMAC with the site's key, so that nobody
+    can compute it from what they could guess (the model, the GPU, a default workload). Migration
+    0025 keys the digests stored before, with this very formula."""
+    return hmac.new(settings.SECRET_KEY.encode(), f"history:{digest}".encode(), hashlib.sha256).hexdigest()[:16]
 
 
 def thresholds() -> Thresholds:

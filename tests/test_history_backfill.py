@@ -20,6 +20,7 @@ from factories import endpoint, measured_run
 
 pytestmark = pytest.mark.django_db
 backfill = importlib.import_module("benchmarks.migrations.0016_backfill_level_fingerprints").backfill
+key_fingerprints = importlib.import_module("benchmarks.migrations.0025_key_level_fingerprints").key_fingerprints
 
 
 def _at(day: int) -> datetime:
@@ -45,9 +46,12 @@ def test_levels_measured_before_fingerprints_get_theirs_and_join_the_history():
     measured = _levels()  # as the site stores them today
     LevelResult.objects.update(fingerprint="")  # as they were stored before fingerprints
     backfill(apps, None)
+    unkeyed = _levels()
+    key_fingerprints(apps, None)  # then 0025, as an upgrade runs them
     backfilled = _levels()
 
     assert backfilled == measured  # each level has the fingerprint a run measured now gets
+    assert all(unkeyed[k] != backfilled[k] for k in measured)  # keyed: not the digest anyone could compute
     groups = defaultdict(set)
     for key, fingerprint in backfilled.items():
         assert re.fullmatch(r"[0-9a-f]{16}", fingerprint), key  # the history page's address
@@ -71,6 +75,19 @@ def test_levels_measured_before_fingerprints_get_theirs_and_join_the_history():
     # A level that already has one keeps it; only the blank ones are filled.
     LevelResult.objects.filter(run=newer).update(fingerprint="kept")
     LevelResult.objects.filter(run=other).update(fingerprint="")
-    backfill(apps, None)
-    assert _levels() == {**backfilled, (newer.id, "old-a-upgraded", 0): "kept",
+    backfill(apps, None)  # 0016 alone fills the blanks with the digests of its day (0025 keys them after)
+    refilled = {k: unkeyed[k] for k in backfilled if k[0] == other.id}
+    assert _levels() == {**backfilled, **refilled, (newer.id, "old-a-upgraded", 0): "kept",
                          (newer.id, "old-a-upgraded", 1): "kept"}
+
+
+def test_a_history_address_cannot_be_computed_from_what_an_outsider_knows(client, settings):
+    e = endpoint(name="guessable", quantization="fp8_e4m3")
+    run = measured_run([e], levels=(1,), requests=3)
+    level = run.levels.get()
+    digest = history.workload_digest(run, e)  # the model, GPU and workload, hashed as anyone could
+    assert level.fingerprint == history.keyed(digest) != digest
+    assert client.get(f"/history/{digest}/").status_code == 404
+    assert client.get(f"/history/{level.fingerprint}/").status_code == 200
+    settings.SECRET_KEY = "another-site-" + "k" * 60  # another site's key: another address
+    assert history.keyed(digest) != level.fingerprint

@@ -50,7 +50,7 @@ def observe(case: str) -> dict:
         columns["arrival_pattern"] = {**columns["arrival_pattern"], "trace": "…"}
     seen = {"columns": columns, "label": run.levels_label, "progress_total": run.progress_total,
             "loads": [_load(lv) for lv in run.loads()], "shape": history.workload_shape(run),
-            "fingerprint": history.workload_fingerprint(run, run.endpoints.get())}
+            "fingerprint": history.workload_digest(run, run.endpoints.get())}  # unkeyed: pinned
     if seen["shape"]["arrival_pattern"].get("trace"):
         seen["shape"]["arrival_pattern"] = {**seen["shape"]["arrival_pattern"], "trace": "…"}
     if run.is_search:
