@@ -86,17 +86,24 @@ def run_form_data(body) -> tuple[dict, dict]:
             data[name] = _value(name, field, value, names)
         except RunPayloadError as e:
             errors.update(e.errors)
-            continue
-        # A value sent is judged even where the load mode does not use it (the form, for its page,
-        # drops the errors of fields the mode hides): never silently replaced by a default.
-        if isinstance(field, (forms.IntegerField, forms.FloatField, forms.TypedChoiceField)):
+    if errors:
+        raise RunPayloadError(errors)
+    return data, files
+
+
+def sent_value_errors(body: dict, data: dict) -> dict[str, list[str]]:
+    """Each number or choice the body sent, judged by its field alone: the form, for its page,
+    drops the errors of fields the chosen load mode hides, and a value sent must never be replaced
+    by a default in silence (added to the form's own errors, which win for a field they name)."""
+    errors = {}
+    for name, field in api_fields(RunForm()).items():
+        if name in body and name in data and isinstance(field, (forms.IntegerField, forms.FloatField,
+                                                               forms.TypedChoiceField)):
             try:
                 field.clean(data[name])
             except forms.ValidationError as e:
                 errors[name] = list(e.messages)
-    if errors:
-        raise RunPayloadError(errors)
-    return data, files
+    return errors
 
 
 def _value(name: str, field: forms.Field, value, names: dict[str, int]):

@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from benchmarks import selectors, services
 from benchmarks.api import schema
 from benchmarks.api.conventions import Pages, invalid
-from benchmarks.api.payloads import RunPayloadError, run_form_data
+from benchmarks.api.payloads import RunPayloadError, run_form_data, sent_value_errors
 from benchmarks.decorators import hides_addresses
 from benchmarks.compare import differences, ratio_sentences
 from benchmarks import schedules as schedules_service
@@ -86,8 +86,10 @@ def _run_create(request):
     except RunPayloadError as e:
         return invalid(e.errors)
     form = RunForm(data, files)
-    if not form.is_valid():
-        return invalid(_form_errors(form))
+    valid = form.is_valid()
+    errors = {**sent_value_errors(request.data, data), **(_form_errors(form) if not valid else {})}
+    if errors:
+        return invalid(errors)
     try:
         run = services.run_create(owner=request.user, **form.run_arguments())
     except ValidationError as exc:  # the runs-in-flight limit, checked as the run is inserted
