@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llama.cpp on one NVIDIA GPU across shapes and quantizations (scripts/gpu_sweep.py says what is
-# measured), made for a lent GPU machine without network, in as few calls as possible:
+# measured), made for a GPU machine without network, in as few sessions as possible:
 #   pack DIR            : here: DIR/llama.cpp-src.tar.xz (the llama.cpp source vendored in the
 #                         llama-cpp-python sdist, trimmed to what a CUDA build of llama-server,
 #                         llama-quantize, llama-bench and llama-batched-bench needs, with gguf-py and
