@@ -13,7 +13,7 @@ from benchmarks.advisor import DEEPSEEK_R1_DISTILL_QWEN_7B as R1_7B, GpuSpec, Wo
 from benchmarks.advisor import fit
 from benchmarks.advisor.backends import DEFAULT_CANDIDATES, engine_of
 from benchmarks.advisor.gpus import peak_of
-from benchmarks.advisor.prior import Layout, _setup
+from benchmarks.advisor.prior import Layout, setup_of
 from benchmarks.advisor.steptime import Params, predict
 
 # What the decision page promises of its estimates where they were never fitted: the median
@@ -96,7 +96,7 @@ def test_the_advisor_asks_the_model_what_the_fit_fitted(refit):
     q4 = next(c for c in DEFAULT_CANDIDATES if c.key == "llamacpp-q4_k_m")
     work = Workload(users=1, prompt_tokens=0, output_tokens=128)
     weights = 4.9 / 8 * (R1_7B.params_b - R1_7B.embedding_params_b) * 1e9 + 4.9 / 8 * R1_7B.embedding_params_b * 1e9
-    via_advisor = predict(params, _setup(q4, R1_7B, h100, work, weights, Layout(1, ""))).decode_tok_s
+    via_advisor = predict(params, setup_of(q4, R1_7B, h100, work, weights, Layout(1, ""))).decode_tok_s
     row = {"engine": "llamacpp", "gpu": "H100 PCIe", "shape": "Qwen2.5-7B", "quant": "Q4_K_M", "metric": "decode_tok_s",
            "value": "1", "prompt_tokens": "0", "output_tokens": "128", "users": "1", "slots": "1", "depth": "0",
            "gpu_count": "1", "split": "", "interconnect": "", "source": "s", "arrival": "closed"}
@@ -134,7 +134,7 @@ def test_the_model_is_physical_for_every_candidate_and_gpu():
             weights = fmt.weight_bytes(R1_7B.params_b, R1_7B.embedding_params_b)
             last = first = None
             for users in (1, 4, 16, 64):
-                s = _setup(c, R1_7B, g, Workload(users, 512, 128), weights, Layout(1, ""))
+                s = setup_of(c, R1_7B, g, Workload(users, 512, 128), weights, Layout(1, ""))
                 p = predict(params, s)
                 assert p.decode_tok_s < peak_of(name).bandwidth_gbs * 1e9 / weights
                 assert math.isfinite(p.ttft_p90_ms) and p.ttft_p90_ms >= p.ttft_p50_ms > 0

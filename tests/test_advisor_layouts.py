@@ -5,7 +5,7 @@ used, and the answer says so in words, with the command to start it."""
 from benchmarks.advisor import DEEPSEEK_R1_DISTILL_QWEN_7B as R1_7B, GpuSpec, Workload, advise
 from benchmarks.advisor.backends import DEFAULT_CANDIDATES
 from benchmarks.advisor.fit import params_of
-from benchmarks.advisor.prior import Layout, _setup
+from benchmarks.advisor.prior import Layout, setup_of
 from benchmarks.advisor.steptime import predict
 
 BY_KEY = {c.key: c for c in DEFAULT_CANDIDATES}
@@ -23,7 +23,7 @@ def test_many_users_on_four_cards_are_served_by_replicas_and_the_page_says_so():
     assert any("4 replicas: start this once per group of GPUs (CUDA_VISIBLE_DEVICES=0; 1; 2; 3)" in w
                for w in fp8.launch.why)
     # more in all than one card serving every user alone would give
-    one = predict(params_of("vllm"), _setup(BY_KEY["vllm-fp8"], R1_7B, A100X4, Workload(256, 512, 128),
+    one = predict(params_of("vllm"), setup_of(BY_KEY["vllm-fp8"], R1_7B, A100X4, Workload(256, 512, 128),
                                             fp8.fit.weights_gib * 1024**3, Layout(1, "")))
     assert aggregate.value > 2 * one.output_tok_s
 
@@ -37,8 +37,8 @@ def test_one_stream_is_fastest_in_tensor_parallel_over_nvlink_not_over_pcie():
     speeds = {}
     for link in ("nvlink", "pcie"):
         g = GpuSpec("NVIDIA A100-SXM4-80GB", (8, 0), 80, count=2, interconnect=link)
-        speeds[link] = predict(params, _setup(c, R1_7B, g, work, weights, Layout(2, "tp"))).decode_tok_s
-    alone = predict(params, _setup(c, R1_7B, GpuSpec("NVIDIA A100-SXM4-80GB", (8, 0), 80), work, weights,
+        speeds[link] = predict(params, setup_of(c, R1_7B, g, work, weights, Layout(2, "tp"))).decode_tok_s
+    alone = predict(params, setup_of(c, R1_7B, GpuSpec("NVIDIA A100-SXM4-80GB", (8, 0), 80), work, weights,
                                    Layout(1, ""))).decode_tok_s
     assert speeds["nvlink"] > speeds["pcie"] and speeds["nvlink"] > alone
 
@@ -50,6 +50,6 @@ def test_a_layer_split_reads_one_card_after_another():
     g = GpuSpec("NVIDIA GeForce RTX 3090", (8, 6), 24, count=2)
     work = Workload(1, 512, 128)
     weights = 4.9 / 8 * R1_7B.params_b * 1e9
-    split = predict(params, _setup(c, R1_7B, g, work, weights, Layout(2, "layer-split"))).decode_tok_s
-    alone = predict(params, _setup(c, R1_7B, g, work, weights, Layout(1, ""))).decode_tok_s
+    split = predict(params, setup_of(c, R1_7B, g, work, weights, Layout(2, "layer-split"))).decode_tok_s
+    alone = predict(params, setup_of(c, R1_7B, g, work, weights, Layout(1, ""))).decode_tok_s
     assert 0.9 * alone < split < alone

@@ -22,7 +22,7 @@ from .launches import (LaunchRef, StartupRead, contradiction_reason, did_not_sta
                        other_failure_reason, read_launches, startup_sentence)
 from .memory import MemoryFit, memory_fit
 from .performance import BASES, EvidenceRef, Performance, Predicted, predict
-from .prior import estimate
+from .prior import estimate, stand_in, with_replicas
 from .quality import QualityBasis, QualityRead, quality_sentence, read_quality
 from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, LaunchEvidence, ModelSpec, QualityEvidence,
                     Workload)
@@ -506,13 +506,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             perf.metrics.update({m: p for m, p in prior.metrics.items() if p.value is not None})
             estimated, estimate_sources, layout_words = prior.sentence, prior.sources, prior.layout
         elif prior is not None:  # figures carried past the levels they cover say nothing there: the estimate does
-            beyond = [m for m, p in prior.metrics.items() if p.value is not None and m in perf.metrics
-                      and perf.metrics[m].how == "extrapolated"]
-            for m in beyond:
-                perf.metrics[m] = prior.metrics[m]
-            if beyond:
-                perf.notes.append("Beyond the levels its figures cover, the estimate stands in for them: "
-                                  + prior.sentence)
+            stand_in(perf, prior)
         perfs[c.key] = perf
         checks = check_targets(workload, perf.metrics)
         energy = cost = None
@@ -577,7 +571,8 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             releases="" if refusals or contradiction else start.releases_text,
             started=lab.outcome, launches=lab.decided_by + lab.other_failures, startup=lab.startup,
             contradiction=contradiction, memory_measured=memory_measured, energy=energy, cost=cost,
-            launch=_launch(c, model, gpu, workload, fit, prior) if not refusals and fit.fits else None))
+            launch=with_replicas(engine_of(c.backend).launch(c, model, gpu, workload, fit), prior, workload)
+            if not refusals and fit.fits else None))
 
     results = [r for _, r in sorted(enumerate(results), key=lambda ir: _sort_key(ir[1], ir[0], workload.priority))]
     for i, r in enumerate(results, 1):
@@ -614,20 +609,6 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         hardware_notes=hardware_notes(gpu, workload, results, candidates, builds, cards),
         measure_next=measure_next(gpu, workload, results), quality_basis=quality_read.basis,
         why=_why(gpu, workload, results, rec), cards=cards, price=price)
-
-
-def _launch(c: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workload, fit: MemoryFit, prior) -> Launch | None:
-    """The engine's command as sized; where the estimate serves the users from replicas, one per
-    group of GPUs, said beside it."""
-    launch = engine_of(c.backend).launch(c, model, gpu, workload, fit)
-    chosen = prior.chosen if prior is not None else None
-    if launch is None or chosen is None or chosen.replicas == 1:
-        return launch
-    groups = [",".join(str(g * chosen.gpus + i) for i in range(chosen.gpus)) for g in range(chosen.replicas)]
-    return Launch(launch.command, launch.build, launch.why + (
-        f"{chosen.replicas} replicas: start this once per group of GPUs (CUDA_VISIBLE_DEVICES={'; '.join(groups)}), "
-        f"each on its own port, behind a load balancer; each serves about {fmt(workload.users / chosen.replicas)} "
-        f"users.",))
 
 
 def _memory_measured(c: Candidate, startup: StartupRead | None, fit: MemoryFit) -> str:

@@ -31,6 +31,7 @@ from types import SimpleNamespace
 
 from .backends import engine_of
 from .gpus import peak_of
+from .memory import kv_bytes_per_token
 from .model_shapes import BY_NAME
 from .steptime import ARCH_FACTORS, PARAMETERS, Params, predict_arrays
 
@@ -57,7 +58,8 @@ MIN_BAND_FIGURES = 10
 ONE_GPU = 0.8  # a family whose figures are more than this share one GPU's has no held-out band
 PRIOR_WEIGHT = 0.05  # per parameter, in log units: a weak pull toward the physical default
 ARCH_WEIGHT = 0.5  # per architecture factor, toward 1
-BOUNDS = {"bw_eff_16": (0.05, 1.0), "bw_eff_8": (0.05, 1.0), "bw_eff_4": (0.05, 1.0), "mma_eff": (0.005, 1.0), "kv_eff": (0.01, 1.0),
+BOUNDS = {"bw_eff_16": (0.05, 1.0), "bw_eff_8": (0.05, 1.0), "bw_eff_4": (0.05, 1.0), "mma_eff": (0.005, 1.0),
+          "kv_eff": (0.01, 1.0),
           "pf_eff": (0.005, 1.0)}
 
 
@@ -98,14 +100,13 @@ def usable(rows: list[dict]) -> tuple[list[Row], list[tuple[int, str]]]:
         prompt, output = float(r["prompt_tokens"]), float(r["output_tokens"])
         if r["metric"] == "total_tok_s":  # input and output counted: the output's share of it
             value = value * output / (prompt + output)
-        cc = peak.compute_capability
-        precision = fmt.peak_precision(cc)
+        decode_tflops, prefill_tflops = fmt.tflops(peak)
         numbers = dict(
             weight_bytes=fmt.weight_bytes(shape.params_b, shape.embedding_params_b),
-            kv_bytes_per_token=2 * shape.layers * shape.kv_heads * shape.head_dim * 2.0,
+            kv_bytes_per_token=kv_bytes_per_token(shape),
             params_b=shape.params_b, layers=shape.layers, attention_width=shape.attention_heads * shape.head_dim,
-            bits=fmt.bits, bandwidth_gbs=peak.bandwidth_gbs, decode_tflops=peak.peak(precision),
-            prefill_tflops=peak.peak(fmt.prefill_peak_precision(cc)), users=float(r["users"]), prompt_tokens=prompt,
+            bits=fmt.bits, bandwidth_gbs=peak.bandwidth_gbs, decode_tflops=decode_tflops,
+            prefill_tflops=prefill_tflops, users=float(r["users"]), prompt_tokens=prompt,
             output_tokens=output, depth=float(r.get("depth") or 0), slots=float(r.get("slots") or 256))
         # The KV cache holds only so many sequences at this context: the pool stated, or what vLLM's
         # default share of the GPU (engine.memory_share) leaves after the weights and its runtime.
@@ -290,7 +291,8 @@ def fit_engine(rows: list[Row]) -> dict:
         mine = [r for r in rows if r.source == s]
         per_source[s] = {**summary([(r, p) for r, p in by_source if r.source == s], bands),
                          "url": mine[0].url, "gpus": sorted({r.gpu for r in mine})}
-    regimes = {"one user": lambda r: not r.family.endswith("-many"), "several users": lambda r: r.family.endswith("-many")}
+    regimes = {"one user": lambda r: not r.family.endswith("-many"),
+               "several users": lambda r: r.family.endswith("-many")}
     return {
         "by_regime": {name: {"leave_one_gpu_out": summary([(r, p) for r, p in by_gpu if keep(r)], bands),
                              "leave_one_source_out": summary([(r, p) for r, p in by_source if keep(r)], bands)}
@@ -340,7 +342,8 @@ def report(result: dict) -> str:
                   "|---|---|---:|---:|---:|---|---|"]
         for regime, many in (("one user", ""), ("several users", "-many")):
             lo, hi = e["bands"]["speed" + many]
-            for how, key in (("one GPU at a time", "leave_one_gpu_out"), ("one source at a time", "leave_one_source_out")):
+            for how, key in (("one GPU at a time", "leave_one_gpu_out"),
+                             ("one source at a time", "leave_one_source_out")):
                 v = e["by_regime"][regime][key]
                 lines.append(f"| {regime} | {how} | {v['rows']} | {v['median_abs_error'] * 100:.0f} % | "
                              f"{v['within_band'] * 100:.0f} % | {math.exp(lo) * 100:.0f}-{math.exp(hi) * 100:.0f} % | "

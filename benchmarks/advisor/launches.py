@@ -20,13 +20,11 @@ from .facts import Candidate, cc_str, fmt
 from .backends import FP16_KV, engine_of
 from .memory import GIB, MemoryFit
 from .performance import BASES, basis_of, model_key
-from .specs import EngineBuilds, GpuSpec, LaunchEvidence, ModelSpec, parse_version  # noqa: F401 (the decisions' too)
+from .specs import EngineBuilds, GpuSpec, LaunchEvidence, ModelSpec, parse_version
 
 # engine.launcher.CAUSES' codes that say the GPU itself is the reason: measured "cannot start here".
 # Other causes (out of memory at its flags, a bad flag, a missing file, a port) are the recipe's own.
 GPU_CAUSES = ("unsupported_gpu", "unsupported_quantization")
-
-
 
 
 @dataclass(frozen=True)
@@ -171,7 +169,8 @@ def measured_fit(candidate: Candidate, fit: MemoryFit, startup: StartupRead | No
     GPU reading, vLLM (it takes its --gpu-memory-utilization share whatever it needs), the
     launch's -c unknown or its cache quantized, or a fit that needs a quantized cache."""
     if (startup is None or startup.memory_source != "gpu" or startup.memory_loaded_gib is None
-            or not engine_of(candidate.backend).load_memory_is_need or not startup.kv_context_tokens or fit.kv_cache != FP16_KV.label):
+            or not engine_of(candidate.backend).load_memory_is_need or not startup.kv_context_tokens
+            or fit.kv_cache != FP16_KV.label):
         return None
     launch_kv = fit.kv_bytes_per_token * startup.kv_context_tokens / GIB
     base = startup.memory_loaded_gib - launch_kv

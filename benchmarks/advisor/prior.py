@@ -16,32 +16,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping, Sequence
 
 from ..engine import backends
-from .backends import engine_of
+from .backends import Launch, engine_of
 from .facts import Candidate, fact, fmt, users_str
 from .gpus import peak_of
 from .memory import kv_bytes_per_token
 from .performance import Predicted
-from .specs import Evidence, GpuSpec, ModelSpec, Workload
+from .performance import Performance
+from .specs import GpuSpec, ModelSpec, Workload
 from .steptime import Setup, predict
 
 ESTIMATED = "estimated, not measured"
 SPLIT_OF = {"one GPU": "", "tensor parallel": "tp", "layer split": "layer-split"}
-# The metrics an estimate gives, and which fitted band (fit.FAMILY) each carries.
+# The metrics an estimate gives, and which fitted band (fit.FAMILIES) each carries.
 BAND_OF = {"decode_tok_s_p50": "speed", "aggregate_tok_s": "speed", "tpot_ms_p50": "time",
            "ttft_ms_p50": "ttft", "ttft_ms_p90": "ttft"}  # fit.FAMILIES: "-many" appended beyond one user
-
-
-def decode_context(workload_or_ev) -> float:
-    """The mean context a sequence holds while it decodes: its prompt and half its output."""
-    return workload_or_ev.prompt_tokens + workload_or_ev.output_tokens / 2
-
-
-def precision(candidate: Candidate, cc: tuple[int, int]) -> str:
-    """Which peak bounds the candidate's matrix work (its engine says: backends/)."""
-    return engine_of(candidate.backend).precision(candidate, cc)
 
 
 @lru_cache(maxsize=1)
@@ -96,21 +86,22 @@ def layouts(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, gpus: int, spl
     return out
 
 
-def _setup(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workload, weights: float,
-           layout: Layout) -> Setup | None:
+def setup_of(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workload, weights: float,
+             layout: Layout) -> Setup | None:
+    """What the step-time model is asked, for a candidate serving the workload in this layout."""
     engine = engine_of(candidate.backend)
     fmt_ = engine.formats.get(candidate.quantization)
     peak = peak_of(gpu.name)
     if fmt_ is None or peak is None:
         return None
-    cc = tuple(gpu.compute_capability)
+    decode_tflops, prefill_tflops = fmt_.tflops(peak)
     width = model.attention_heads * model.head_dim or round(math.sqrt(model.params_b * 1e9 / (12 * model.layers)))
     users = workload.users / layout.replicas
     return Setup(
         weight_bytes=weights, kv_bytes_per_token=kv_bytes_per_token(model, candidate.kv_cache_bytes),
         params_b=model.params_b, layers=model.layers, attention_width=width, bits=fmt_.bits,
-        bandwidth_gbs=peak.bandwidth_gbs, decode_tflops=peak.peak(fmt_.peak_precision(cc)),
-        prefill_tflops=peak.peak(fmt_.prefill_peak_precision(cc)), arch=peak.architecture,
+        bandwidth_gbs=peak.bandwidth_gbs, decode_tflops=decode_tflops, prefill_tflops=prefill_tflops,
+        arch=peak.architecture,
         users=users, prompt_tokens=workload.prompt_tokens, output_tokens=workload.output_tokens,
         gpus=layout.gpus, split=layout.split,
         link="nvlink" if (gpu.topology or gpu.interconnect) == "nvlink" else "pcie",
@@ -126,8 +117,7 @@ def _pct(x: float) -> str:
 
 
 def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Workload, weights: float,
-             gpus: int, split: str, evidence: Sequence[Evidence] = (),
-             candidates: Mapping[str, Candidate] | None = None) -> Prior:
+             gpus: int, split: str) -> Prior:
     if not candidate.estimable:
         f = fact("vllm-gguf-min-cc")
         return Prior(_none("no figure in the evidence"),
@@ -146,7 +136,7 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
                      f"No fitted step-time model for {candidate.label}: not estimated, measure it.")
     options = []
     for layout in layouts(candidate, model, gpu, gpus, split, workload.users):
-        s = _setup(candidate, model, gpu, workload, weights, layout)
+        s = setup_of(candidate, model, gpu, workload, weights, layout)
         if s is not None:
             options.append((layout, s, predict(params, s)))
     throughput = workload.priority == "throughput"
@@ -201,3 +191,28 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
                f"off by a median {_pct(src['median_abs_error'])}"
                for name, src in data["leave_one_source_out"]["per_source"].items()]
     return Prior(metrics, sentence, sources, layout_words, layout)
+
+
+def stand_in(perf: Performance, prior: Prior) -> list[str]:
+    """Where figures were read, the estimate takes the metrics they were carried past their last
+    level for (a figure at 8 users says nothing at 64), said in a note; the metrics it took."""
+    beyond = [m for m, p in prior.metrics.items() if p.value is not None and m in perf.metrics
+              and perf.metrics[m].how == "extrapolated"]
+    for m in beyond:
+        perf.metrics[m] = prior.metrics[m]
+    if beyond:
+        perf.notes.append("Beyond the levels its figures cover, the estimate stands in for them: " + prior.sentence)
+    return beyond
+
+
+def with_replicas(launch: Launch | None, prior: Prior | None, workload: Workload) -> Launch | None:
+    """The engine's command as sized; where the estimate serves the users from replicas, one per
+    group of GPUs, said beside it."""
+    chosen = prior.chosen if prior is not None else None
+    if launch is None or chosen is None or chosen.replicas == 1:
+        return launch
+    groups = [",".join(str(g * chosen.gpus + i) for i in range(chosen.gpus)) for g in range(chosen.replicas)]
+    return Launch(launch.command, launch.build, launch.why + (
+        f"{chosen.replicas} replicas: start this once per group of GPUs (CUDA_VISIBLE_DEVICES={'; '.join(groups)}), "
+        f"each on its own port, behind a load balancer; each serves about {fmt(workload.users / chosen.replicas)} "
+        f"users.",))

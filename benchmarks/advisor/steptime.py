@@ -36,10 +36,7 @@ arrays (the fit), and this module needs neither numpy nor Django.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-
-from .gpus import architecture
 
 # Which parameters an engine's model has, and the physically plausible value each is pulled toward
 # where the figures say little (a weak prior in the fit; the unit is in the name).
@@ -236,11 +233,3 @@ def predict_arrays(p: Params, s, arch_bw, arch_pf) -> Predicted:
         batch_decode_tok_s=replicas * active / decode_step_s(p, s, active, context, arch_bw, arch_pf, server=False),
         request_tok_s=out / (admit + pf + out * alone),
         latency_s=batch_prefill + out * decode_step_s(p, s, users, context, arch_bw, arch_pf))
-
-
-def arch_of(cc: tuple[int, int]) -> str:
-    return architecture(cc)
-
-
-def log_ratio(a: float, b: float) -> float:
-    return math.log(a / b)

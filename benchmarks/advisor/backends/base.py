@@ -60,6 +60,11 @@ class WeightFormat:
     def prefill_peak_precision(self, cc: tuple[int, int]) -> str:
         return self.prefill_precision or self.peak_precision(cc)
 
+    def tflops(self, peak) -> tuple[float, float]:
+        """The tensor peaks its decode and its prefill multiply at on this GPU (a gpus.GpuPeak)."""
+        cc = peak.compute_capability
+        return peak.peak(self.peak_precision(cc)), peak.peak(self.prefill_peak_precision(cc))
+
     def weight_bytes(self, params_b: float, embedding_params_b: float) -> float:
         return ((params_b - embedding_params_b) * self.bits_per_weight
                 + embedding_params_b * self.embedding_bits) * 1e9 / 8

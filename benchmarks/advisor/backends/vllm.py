@@ -209,7 +209,8 @@ class Vllm(AdvisorEngine):
     def kv_options(self, candidate: Candidate, cc: tuple[int, int]) -> list[KvCache]:
         f = fact("vllm-kv-fp8")  # E4M3 where the GPU converts it, E5M2 below (min_cc: the E4M3 floor)
         dtype = "fp8" if tuple(cc) >= f.min_cc else "fp8_e5m2"
-        return [KvCache(FP16_KV.label, candidate.kv_cache_bytes), KvCache("FP8", f.value, f"--kv-cache-dtype {dtype}", f.id)]
+        return [KvCache(FP16_KV.label, candidate.kv_cache_bytes),
+                KvCache("FP8", f.value, f"--kv-cache-dtype {dtype}", f.id)]
 
     def gpu_counts(self, candidate: Candidate, gpu: GpuSpec, model: ModelSpec) -> tuple[list[int], list[str]]:
         counts, refused = [], []
