@@ -34,12 +34,16 @@ DECODE_REL_TOL = 0.02
 # Our TTFT includes what vLLM's does not (HTTP request and SSE response on loopback, request
 # parsing before vLLM stamps its arrival time). Measured: ours exceeded vLLM's mean by 3-22 ms.
 TTFT_OVERHEAD_MAX_S = 0.100
-# One of those 60 levels was off by +266 ms TTFT and +10.9 % decode at a load average of 6, most
-# likely a client not scheduled for a while. Such a level is measured again, up to
-# again until STALLED_BUDGET_S is spent, but only when the client's own event loop shows a stall (a 10 ms tick
-# late by more than STALL_MS); a disagreement without one fails at once, and so does a
-# systematic one (it disagrees on every attempt).
+# One of those 60 levels was off by +266 ms TTFT and +10.9 % decode at a load average of 6, a
+# process not scheduled for a while. Such a level is measured again, until STALLED_BUDGET_S is
+# spent, but only when the stall shows: the client's own event loop late (a 10 ms tick late by
+# more than STALL_MS), every token in one read, or vLLM's API process late (our TTFT above vLLM's
+# by more than TTFT_OVERHEAD_MAX_S; one CI level: +155 ms TTFT, +27 % decode, client loop 24 ms).
+# Any other disagreement fails at once, and a systematic one fails on the last attempt.
 STALL_MS = 50.0
+COALESCED = "every request's tokens arrived in one read"
+SERVER_STALLED = "vLLM stamped the requests late"
+MACHINE_STALLS = (COALESCED, SERVER_STALLED)
 # CI's other test process (a Docker build, a compile) can stall this machine for minutes: a stalled
 # level is measured again, each attempt a few seconds, until this budget is spent.
 STALLED_BUDGET_S = 300.0
@@ -157,11 +161,14 @@ def test_ttft_and_decode_agree_with_vllms_own_metrics(vllm_server):
                 # A client that was not scheduled for a while (this machine's 2 cores are
                 # shared) times chunks late: the product flags such a level (client_saturated)
                 # and it is no measurement. Measure it again; any other disagreement fails.
+                # So does vLLM's own API process when it is not scheduled: the requests wait
+                # before vLLM stamps them (our TTFT far above its own) and their tokens reach us
+                # in bursts (our decode faster than its own), whatever our loop did.
                 lag = outcome.client.get("loop_lag_ms_max") or 0
-                coalesced = problem.startswith("every request's tokens arrived in one read")
-                assert (lag > STALL_MS or coalesced) and not last, \
-                    f"{problem} (client loop lag max {lag:.0f} ms)"
-                print(f"\nvLLM c={c}: client stalled {lag:.0f} ms, measuring again: {problem}")
+                stalled = lag > STALL_MS or problem.startswith(MACHINE_STALLS)
+                assert stalled and not last, f"{problem} (client loop lag max {lag:.0f} ms)"
+                print(f"\nvLLM c={c}: the machine stalled (client loop lag max {lag:.0f} ms), "
+                      f"measuring again: {problem}")
         await s.close()
 
     asyncio.run(go())
@@ -186,7 +193,11 @@ def compare_level(outcome, before: dict, after: dict, n: int) -> str | None:
     their_decode = delta(itl + "_count") / delta(itl + "_sum")
     our_ttft = sum(r.ttft for r in outcome.results) / n
     if not sum(r.tpot or 0 for r in outcome.results):
-        return "every request's tokens arrived in one read (a stall of this machine)"
+        return COALESCED + " (a stall of this machine)"
+    if our_ttft > their_ttft + TTFT_OVERHEAD_MAX_S:
+        return (f"{SERVER_STALLED}: TTFT ours {our_ttft * 1000:.1f} ms, vLLM's {their_ttft * 1000:.1f} ms "
+                f"(decode ours {1 / (sum(r.tpot for r in outcome.results) / n):.2f} tok/s, "
+                f"vLLM's {their_decode:.2f} tok/s)")
     our_decode = 1 / (sum(r.tpot for r in outcome.results) / n)
     print(f"\nvLLM c={c} n={n}: TTFT ours {our_ttft * 1000:.1f} ms, vLLM {their_ttft * 1000:.1f} ms "
           f"(+{(our_ttft - their_ttft) * 1000:.1f} ms); decode ours {our_decode:.2f} tok/s, "
@@ -194,7 +205,7 @@ def compare_level(outcome, before: dict, after: dict, n: int) -> str | None:
           f"{outcome.client.get('loop_lag_ms_max') or 0:.0f} ms")
     if our_decode != pytest.approx(their_decode, rel=DECODE_REL_TOL):
         return f"c={c}: decode ours {our_decode:.2f} tok/s, vLLM's {their_decode:.2f} tok/s"
-    if not their_ttft <= our_ttft <= their_ttft + TTFT_OVERHEAD_MAX_S:
+    if our_ttft < their_ttft:
         return f"c={c}: TTFT ours {our_ttft * 1000:.1f} ms, vLLM's {their_ttft * 1000:.1f} ms"
     return None
 
