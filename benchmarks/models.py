@@ -1183,3 +1183,8 @@ class AlertDelivery(models.Model):
 
         parts = urlsplit(self.target)
         return f"{parts.scheme}://{parts.netloc}/…"
+
+
+# The prediction ledger's tables, kept with their services (benchmarks/ledger/); after
+# new_public_id, which they use.
+from benchmarks.ledger.models import Prediction, PredictionPair  # noqa: E402,F401

@@ -18,6 +18,7 @@ from benchmarks.forms import (MAX_COMPARED_RUNS, PRESETS, ApiTokenForm, Comparis
                               RunFilterForm, RunForm, ScheduleForm)
 from benchmarks.importers import ReportFormatError
 from benchmarks.lab import selectors as lab_selectors
+from benchmarks.ledger import selectors as ledger_selectors
 from benchmarks.models import ApiToken, Run
 
 
@@ -130,6 +131,7 @@ def run_detail(request, public_id: str):
         "hide_addresses": hide,
         "gpus_side_by_side": selectors.gpus_side_by_side(levels),
         "regression": selectors.run_regression(run),
+        "predicted": ledger_selectors.run_pairs_said(run),
         "alerts": run.alerts.select_related("run") if request.user.is_authenticated else [],
         "schedule_form": ScheduleForm(initial={"name": str(run)}) if request.user.is_authenticated else None,
         "can_cancel": selectors.run_cancel_allowed(run, request.user),

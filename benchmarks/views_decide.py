@@ -67,6 +67,7 @@ def decision_detail(request, public_id: str):
     decision = selectors.decision_by_public_id(public_id)
     return render(request, "benchmarks/decision_detail.html", {
         "decision": decision, "d": presenter.decision_display(decision.result),
+        "prediction": decision.predictions.first(),
         "deleted_runs": selectors.deleted_runs_linked(decision.result),
         "measure_next": presenter.measure_next_links(decision.result),
         "measure_this": presenter.measure_this_link(decision.result),
@@ -90,7 +91,16 @@ def decision_api(request):
     if not form.is_valid():
         return JsonResponse({"error": "invalid input", "errors": _errors(form)}, status=400)
     if not save:
-        return JsonResponse({"inputs": form.inputs, "recommendation": services.decision_compute(specs=form.specs)})
+        result, prediction = services.decision_answer(owner=request.user, specs=form.specs)
+        return JsonResponse({"inputs": form.inputs, "recommendation": result, **_prediction(request, prediction)})
     decision = services.decision_create(owner=request.user, inputs=form.inputs, specs=form.specs)
     return JsonResponse({"inputs": decision.inputs, "recommendation": decision.result, "public_id": decision.public_id,
-                         "permalink": request.build_absolute_uri(decision.get_absolute_url())}, status=201)
+                         "permalink": request.build_absolute_uri(decision.get_absolute_url()),
+                         **_prediction(request, decision.predictions.first())}, status=201)
+
+
+def _prediction(request, prediction) -> dict:
+    """The answer's place in the prediction ledger: its public id, its page and its API address."""
+    return {"prediction": {"public_id": prediction.public_id,
+                           "permalink": request.build_absolute_uri(prediction.get_absolute_url()),
+                           "api": request.build_absolute_uri(f"/api/v1/predictions/{prediction.public_id}/")}}

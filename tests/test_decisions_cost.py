@@ -101,7 +101,7 @@ def test_ranking_on_energy_needs_no_price(member):
     assert "lowest energy per output token" in page
     # 100 / 235 = 0.426 to 250 / 235 = 1.06 J/token, estimated from the V100's board power
     assert 'data-figure="energy_per_token_j" data-how="estimated">0.426 to 1.06 J/token, estimated' in page
-    assert Decision.objects.get().result["version"] == 8
+    assert Decision.objects.get().result["version"] >= 8  # energy and cost are read from version 8 on
 
 
 @pytest.mark.parametrize("overrides, field, message", [

@@ -22,7 +22,8 @@ from .launches import (LaunchRef, StartupRead, contradiction_reason, did_not_sta
                        other_failure_reason, read_launches, startup_sentence)
 from .memory import MemoryFit, memory_fit
 from .performance import BASES, EvidenceRef, Performance, Predicted, predict
-from .prior import estimate, stand_in, with_replicas
+from .correction import Correction
+from .prior import corrected, estimate, stand_in, with_replicas
 from .quality import QualityBasis, QualityRead, quality_sentence, read_quality
 from .specs import (PRIORITIES, PRIORITY, EngineBuilds, Evidence, GpuSpec, LaunchEvidence, ModelSpec, QualityEvidence,
                     Workload)
@@ -39,7 +40,7 @@ QUALITY = "least_quality_loss"  # the priority that ranks on quality, not on the
 # estimate, releases and capacity, predicted bands; 3 adds each candidate's quality and the quality
 # basis; 2 names figures as the catalogue does; 1 (no "version") named them ttft_p50_ms-style.
 # Every addition is optional to the reader (presenter.result_from_stored).
-RESULT_VERSION = 8
+RESULT_VERSION = 9
 SHOWN_FAILURES = 3
 MORE_CARDS = 8  # when nothing fits: up to this many times the host's GPUs are tried  # a candidate's launches that did not start, for their own reasons, named in its reasons
 
@@ -107,6 +108,7 @@ class CandidateResult:
     memory_measured: str = ""  # the measured memory after load beside the modelled fit
     energy: EconomyRead | None = None  # energy per output token at this load (None: it cannot start or fit)
     cost: EconomyRead | None = None  # cost per million output tokens at the stated price (None: no price)
+    model_estimate: dict = field(default_factory=dict)  # the step-time estimate, shown or not (the ledger's)
 
     @property
     def recommendable(self) -> bool:
@@ -478,7 +480,9 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
            gpu_memory_utilization: float | None = None,
            quality: Sequence[QualityEvidence] = (),
            launches: Sequence[LaunchEvidence] = (),
-           price: HourlyPrice | None = None) -> Recommendation:
+           price: HourlyPrice | None = None,
+           corrections: Mapping[str, Correction] | None = None) -> Recommendation:
+    """`corrections`: per engine, what the team's runs on this host taught its estimates."""
     validate_inputs(model, workload, gpu, gpu_memory_utilization, price)
     evidence = list(evidence)
     cc = tuple(gpu.compute_capability)
@@ -502,6 +506,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
         estimated, estimate_sources, layout_words = "", [], ""
         prior = (estimate(c, model, gpu, workload, modelled.weights_gib * 1024**3, fit.gpus_used, fit.split)
                  if not refusals and fit.fits else None)
+        prior, ledger = corrected(prior, (corrections or {}).get(c.backend))
         if prior is not None and perf.basis is None:  # nothing measured: the physical estimate
             perf.metrics.update({m: p for m, p in prior.metrics.items() if p.value is not None})
             estimated, estimate_sources, layout_words = prior.sentence, prior.sources, prior.layout
@@ -571,6 +576,7 @@ def advise(gpu: GpuSpec, model: ModelSpec, workload: Workload, evidence: Sequenc
             releases="" if refusals or contradiction else start.releases_text,
             started=lab.outcome, launches=lab.decided_by + lab.other_failures, startup=lab.startup,
             contradiction=contradiction, memory_measured=memory_measured, energy=energy, cost=cost,
+            model_estimate=ledger,
             launch=with_replicas(engine_of(c.backend).launch(c, model, gpu, workload, fit), prior, workload)
             if not refusals and fit.fits else None))
 

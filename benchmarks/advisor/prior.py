@@ -14,11 +14,12 @@ where it was never fitted, and never passes a target.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from ..engine import backends
 from .backends import Launch, engine_of
+from .correction import Correction, correct, ledger_record
 from .facts import Candidate, fact, fmt, users_str
 from .gpus import peak_of
 from .memory import kv_bytes_per_token
@@ -191,6 +192,21 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
                f"off by a median {_pct(src['median_abs_error'])}"
                for name, src in data["leave_one_source_out"]["per_source"].items()]
     return Prior(metrics, sentence, sources, layout_words, layout)
+
+
+def corrected(prior: Prior | None, correction: Correction | None) -> tuple[Prior | None, dict]:
+    """The estimate with what the team's runs on this host taught it (correction.py), said in its
+    sentence; and what the prediction ledger stores of it (its figures as said, and before any
+    correction, with how many GPUs the layout it is of uses)."""
+    if prior is None:
+        return None, {}
+    metrics = correct(prior.metrics, correction)
+    record = {"metrics": ledger_record(metrics, prior.metrics),
+              "correction": correction.words() if correction else "",
+              "gpus": prior.chosen.gpus * prior.chosen.replicas if prior.chosen else None}
+    if correction is None or not record["metrics"]:
+        return prior, record
+    return replace(prior, metrics=metrics, sentence=f"{prior.sentence} {correction.words()}"), record
 
 
 def stand_in(perf: Performance, prior: Prior) -> list[str]:

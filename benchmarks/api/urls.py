@@ -2,7 +2,7 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from benchmarks import views_decide
-from benchmarks.api import views
+from benchmarks.api import ledger, views
 from benchmarks.urls import PublicIdConverter  # noqa: F401 (registers the public_id converter)
 
 urlpatterns = [
@@ -25,5 +25,7 @@ urlpatterns = [
     path("hosts/", views.hosts, name="api-hosts"),
     path("models/", views.models, name="api-models"),
     path("decide/", views_decide.decision_api, name="api-decide"),
+    path("predictions/<public_id:public_id>/", ledger.prediction_detail, name="api-prediction"),
+    path("accuracy/", ledger.accuracy, name="api-accuracy"),
     re_path(r"^[\s\S]*$", views.not_found),  # any address, a newline in it too
 ]

@@ -1,7 +1,8 @@
 """What the decision page shows of a saved result, and the "measure this next" links.
 
 Saved results are read through `result_from_stored`, which reads every version the advisor has
-written (Recommendation.to_dict: 8 adds each candidate's energy per output token and cost per
+written (Recommendation.to_dict: 9 adds each candidate's step-time estimate as the prediction
+ledger stores it, shown or not; 8 adds each candidate's energy per output token and cost per
 million output tokens, the price and the comparison with a rented GPU; 5 adds each candidate's
 measured start, launches, start-up and measured memory after load; 4 adds the verdict's three
 reasons, each candidate's launch command, estimate, releases and capacity; 3 adds each
@@ -68,7 +69,9 @@ def result_from_stored(result: dict) -> dict:
                              for c in result["ranked"]]}
     if version < 8:  # decided before energy and cost were read
         result = {**result, "price": None, "ranked": [{"energy": None, "cost": None, **c} for c in result["ranked"]]}
-    return {"price_source": "", "price_comparison": None, **result, "version": 8}
+    if version < 9:  # decided before the prediction ledger: no step-time estimate kept beside the figures
+        result = {**result, "ranked": [{"model_estimate": {}, **c} for c in result["ranked"]]}
+    return {"price_source": "", "price_comparison": None, **result, "version": 9}
 
 
 def _quality(q: dict | None) -> dict | None:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 
+from django.db import transaction
+
 from benchmarks.advisor import EngineBuilds, advise
 from benchmarks.advisor.economics import COST, price_comparison
 from benchmarks.decisions.forms import Specs
 from benchmarks.decisions.selectors import (evidence_from_db, launch_evidence_from_db, quality_evidence_from_db,
                                             slo_capacity_from_db)
 from benchmarks.engine.slo_search import SloTarget
-from benchmarks.models import Decision
+from benchmarks.ledger.selectors import corrections_for
+from benchmarks.ledger.services import prediction_record
+from benchmarks.models import Decision, Prediction
 
 
 def decision_compute(*, specs: Specs) -> dict:
@@ -19,7 +23,8 @@ def decision_compute(*, specs: Specs) -> dict:
     evidence = evidence_from_db()
     shared = {"variant_bytes": specs.variant_bytes or None, "quality": quality_evidence_from_db(),
               "gpu_memory_utilization": specs.gpu_memory_utilization, "launches": launch_evidence_from_db()}
-    rec = advise(specs.gpu, specs.model, specs.workload, evidence, builds=specs.builds, price=specs.price, **shared)
+    rec = advise(specs.gpu, specs.model, specs.workload, evidence, builds=specs.builds, price=specs.price,
+                 corrections=corrections_for(specs.gpu.host_id), **shared)
     result = rec.to_dict()
     result["host"] = specs.host
     result["model_source"] = specs.model_source
@@ -85,9 +90,18 @@ def slo_capacity(specs: Specs, searches: list[dict]) -> list[dict]:
     return sorted(out, key=lambda r: (r.get("by") == "rate", -(r["users"] or r.get("rate") or 0)))
 
 
-def decision_create(*, owner, inputs: dict, specs: Specs) -> Decision:
-    """Decide and save behind a permalink; `inputs` (a valid DecisionForm's) are kept to start
-    a new decision from ("change the workload")."""
+def decision_answer(*, owner, specs: Specs) -> tuple[dict, Prediction]:
+    """Decide without saving a decision; the answer is kept in the prediction ledger all the same."""
     result = decision_compute(specs=specs)
-    return Decision.objects.create(owner=owner, inputs=inputs, result=result,
-                                   recommended=result["recommended"] or "")
+    return result, prediction_record(result=result, owner=owner)
+
+
+def decision_create(*, owner, inputs: dict, specs: Specs) -> Decision:
+    """Decide and save behind a permalink, and in the prediction ledger; `inputs` (a valid
+    DecisionForm's) are kept to start a new decision from ("change the workload")."""
+    result = decision_compute(specs=specs)
+    with transaction.atomic():
+        decision = Decision.objects.create(owner=owner, inputs=inputs, result=result,
+                                           recommended=result["recommended"] or "")
+        prediction_record(result=result, owner=owner, decision=decision)
+    return decision

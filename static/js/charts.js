@@ -16,6 +16,16 @@
         return Plotly.react(el, fig.data, fig.layout, {responsive: true, displaylogo: false}).then(function () {
           var box = el.closest(".chart-box");
           if (box) table(box.querySelector(".table-holder"), fig.table);
+          // A figure whose layout.meta.opens names a customdata index: a click opens that address.
+          var opens = fig.layout.meta && fig.layout.meta.opens;
+          if (opens !== undefined && !el.dataset.opens) {
+            el.dataset.opens = "true";
+            el.on("plotly_click", function (e) {
+              var d = e.points[0] && e.points[0].customdata;
+              var url = d && d[opens];
+              if (typeof url === "string" && url.charAt(0) === "/") window.location.href = url;
+            });
+          }
           el.dataset.drawn = "true";
         });
       })
