@@ -153,3 +153,21 @@ def test_the_user_docs_show_the_committed_accuracy():
     start = docs.index("<!-- accuracy: python -m benchmarks.advisor.fit --report -->\n")
     block = docs[start:docs.index("<!-- /accuracy -->")].split("\n", 1)[1]
     assert block.strip() == fit.report(fit.load_fitted()).strip(), "run python -m benchmarks.advisor.fit --report"
+
+
+def test_the_fit_is_checked_against_a_table_kept_elsewhere(tmp_path):
+    """`fit --against CSV`: the committed fit on another table of the same columns, each engine's
+    error and band coverage, and the rows it could not read named with why."""
+    lines = (fit.TABLE.read_text().splitlines())
+    header = lines[0]
+    llama = next(line for line in lines[1:] if ",llamacpp," in line and ",RTX 3090," in line)
+    vllm = next(line for line in lines[1:] if ",vllm," in line)
+    unknown = llama.replace(",RTX 3090,", ",Voodoo3,")
+    table = tmp_path / "elsewhere.csv"
+    table.write_text("\n".join([header, llama, vllm, unknown]) + "\n")
+    result = fit.against(table)
+    assert result["rows"] == 2 and len(result["refused"]) == 1 and "row 4" in result["refused"][0]
+    assert set(result["engines"]) == {"llamacpp", "vllm"}
+    for engine in result["engines"].values():
+        assert engine["all"]["rows"] == 1 and 0 <= engine["all"]["median_abs_error"] < 1
+        assert engine["all"]["within_band"] in (0.0, 1.0)

@@ -355,13 +355,47 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def against(path: Path, fitted: dict | None = None) -> dict:
+    """The committed fit on figures it was never fitted to (a table of the same columns kept
+    elsewhere): per engine and regime, the median |error|, the share inside the band and the
+    band's half-width at the median, and the rows it could not read, with why."""
+    fitted = fitted or load_fitted()
+    rows, left = usable(load_table(path))
+    out = {"rows": len(rows), "refused": [f"row {i + 2}: {why}" for i, why in left], "engines": {}}
+    inside_all, errors_all = [], []
+    for engine in sorted({r.engine for r in rows}):
+        params = params_of(engine, fitted)
+        if params is None:
+            continue
+        mine = [r for r in rows if r.engine == engine]
+        bands = {k: tuple(v) for k, v in fitted["engines"][engine]["bands"].items()}
+        pairs = list(zip(mine, predict_rows(params, mine)))
+        half = [(math.exp(bands[r.family][1]) - math.exp(bands[r.family][0])) / 2 for r, _ in pairs]
+        out["engines"][engine] = {
+            "all": {**summary(pairs, bands), "band_half_width": round(_quantile(half, 0.5), 4),
+                    "gpus": len({r.gpu for r in mine})},
+            **{regime: summary([(r, p) for r, p in pairs if r.family.endswith("-many") == many], bands)
+               for regime, many in (("one user", False), ("several users", True))}}
+        errors_all += [abs(p / r.value - 1) for r, p in pairs]
+        inside_all += [bands[r.family][0] <= math.log(r.value / p) <= bands[r.family][1] for r, p in pairs]
+    if errors_all:
+        out["all"] = {"rows": len(errors_all), "median_abs_error": round(_quantile(errors_all, 0.5), 4),
+                      "within_band": round(sum(inside_all) / len(inside_all), 4)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="fail if fitted.json differs from a refit")
     ap.add_argument("--table", type=Path, default=TABLE)
     ap.add_argument("--out", type=Path, default=FITTED)
     ap.add_argument("--report", action="store_true", help="print the held-out accuracy of fitted.json as Markdown")
+    ap.add_argument("--against", type=Path, metavar="CSV",
+                    help="print fitted.json's accuracy on a table of figures it was never fitted to (same columns)")
     args = ap.parse_args(argv)
+    if args.against:
+        print(json.dumps(against(args.against, load_fitted(args.out)), indent=1))
+        return 0
     if args.report:
         print(report(load_fitted(args.out)))
         return 0
