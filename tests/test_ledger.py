@@ -188,7 +188,7 @@ def test_an_imported_report_pairs_with_the_prediction_it_measures(django_capture
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("query, field", [("engine=tensorrt", "engine"), ("metric=perplexity", "metric"),
-                                          ("gpu=Voodoo3", "gpu"), ("colour=red", "colour")])
+                                          ("gpu=Voodoo3", "gpu"), ("gpu=H200%00", "gpu"), ("colour=red", "colour")])
 def test_a_wrong_accuracy_query_is_a_400_naming_the_field(member, query, field):
     r = member.get(f"/api/v1/accuracy/?{query}")
     assert r.status_code == 400 and field in r.json()["errors"], r.content

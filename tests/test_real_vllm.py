@@ -38,7 +38,8 @@ TTFT_OVERHEAD_MAX_S = 0.100
 # process not scheduled for a while. Such a level is measured again, until STALLED_BUDGET_S is
 # spent, but only when the stall shows: the client's own event loop late (a 10 ms tick late by
 # more than STALL_MS), every token in one read, or vLLM's API process late (our TTFT above vLLM's
-# by more than TTFT_OVERHEAD_MAX_S; one CI level: +155 ms TTFT, +27 % decode, client loop 24 ms).
+# by more than TTFT_OVERHEAD_MAX_S; one CI level: +155 ms TTFT, +27 % decode, client loop 24 ms), or
+# a wait of more than STALL_MS between two chunks of a request (the tokens behind it came in a burst).
 # Any other disagreement fails at once, and a systematic one fails on the last attempt.
 STALL_MS = 50.0
 COALESCED = "every request's tokens arrived in one read"
@@ -165,13 +166,21 @@ def test_ttft_and_decode_agree_with_vllms_own_metrics(vllm_server):
                 # before vLLM stamps them (our TTFT far above its own) and their tokens reach us
                 # in bursts (our decode faster than its own), whatever our loop did.
                 lag = outcome.client.get("loop_lag_ms_max") or 0
-                stalled = lag > STALL_MS or problem.startswith(MACHINE_STALLS)
+                stalled = lag > STALL_MS or problem.startswith(MACHINE_STALLS) or longest_gap_ms(outcome) > STALL_MS
                 assert stalled and not last, f"{problem} (client loop lag max {lag:.0f} ms)"
                 print(f"\nvLLM c={c}: the machine stalled (client loop lag max {lag:.0f} ms), "
                       f"measuring again: {problem}")
         await s.close()
 
     asyncio.run(go())
+
+
+def longest_gap_ms(outcome) -> float:
+    """The longest wait between two chunks of one request: tens of milliseconds where the tiny
+    model decodes a token in a few, when vLLM's API process (or ours) was not scheduled and the
+    tokens behind the wait then came in a burst (one CI level: +11 % decode, client loop 25 ms)."""
+    gaps = [b - a for r in outcome.results for a, b in zip(r.chunk_times, r.chunk_times[1:])]
+    return max(gaps, default=0.0) * 1000
 
 
 def compare_level(outcome, before: dict, after: dict, n: int) -> str | None:

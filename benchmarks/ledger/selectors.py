@@ -116,6 +116,8 @@ def accuracy_query(params) -> dict:
         raise QueryError("metric", f"{q['metric'][:50]!r} is not an estimated figure; one of {', '.join(CORRECTED)}")
     if len(q["gpu"]) > 200:
         raise QueryError("gpu", "a GPU's name is at most 200 characters")
+    if any(not ch.isprintable() for ch in q["gpu"]):
+        raise QueryError("gpu", "a GPU's name holds no control characters")
     if q["gpu"] and not PredictionPair.objects.filter(gpu_name__iexact=q["gpu"]).exists():
         known = sorted(set(PredictionPair.objects.values_list("gpu_name", flat=True)))
         raise QueryError("gpu", f"no pair on a GPU named {q['gpu'][:50]!r}; GPUs with pairs: "
