@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from benchmarks.engine import backends, load_modes, multi_gpu
+from benchmarks.fields import EncryptedTextField
 from benchmarks.engine.addresses import AddressPolicy
 from benchmarks.engine.client import Finding, Load, Target, Workload
 from benchmarks.engine.arrivals import ArrivalPattern
@@ -91,7 +92,7 @@ class AlertSettings(models.Model):
                                     help_text="Comma-separated addresses told of a regression.")
     webhook_url = models.CharField("webhook URL", max_length=500, blank=True, validators=[validate_webhook_url],
                                    help_text="POSTed a JSON body on a regression.")
-    webhook_secret = models.CharField(max_length=200, blank=True)  # write-only: never rendered back
+    webhook_secret = EncryptedTextField(max_length=200, blank=True)  # write-only: never rendered back
 
     class Meta:
         abstract = True
@@ -257,7 +258,7 @@ class Endpoint(AlertSettings):
     model_name = models.CharField("served model id", max_length=200, blank=True,
                                   help_text="The id in /v1/models; blank = the only one served.")
     variant = models.ForeignKey(Variant, models.SET_NULL, null=True, blank=True, related_name="endpoints")
-    api_key = models.CharField(max_length=300, blank=True)  # write-only: never rendered back
+    api_key = EncryptedTextField(max_length=300, blank=True)  # write-only: never rendered back; encrypted at rest
     engine_version = models.CharField(max_length=100, blank=True)
     launch_command = models.TextField(blank=True, help_text="The raw command line that started it.")
     launch_flags = models.JSONField(default=dict, blank=True, help_text="Structured flags, e.g. "
@@ -425,8 +426,22 @@ class ServerRecipe(models.Model):
             value = getattr(self, name) or ""
             if value and not value.startswith("/"):
                 errors[name] = "an absolute path on the host"
+        if not errors:
+            problem, swept = self._flags_problem()
+            if problem:
+                errors["sweep" if swept else "args"] = problem
         if errors:
             raise ValidationError(errors)
+
+    def _flags_problem(self) -> tuple[str, bool]:
+        """The worker's flag-by-flag judgement (backends/flags.py) of every setting's final command,
+        what no host allows whatever its folders and ports: (why, whether a swept flag is it)."""
+        backend = backends.get(self.backend)
+        for setting in self.settings():
+            reading = backend.read_flags(self.spec(setting).argv(18100))  # any port: it is judged by the worker
+            if reading is not None and reading.problem:
+                return reading.problem, any(str(flag) in reading.problem for flag in setting)
+        return "", False
 
     def _gpus_problem(self, gpu_lists) -> str:
         """Why these GPU lists cannot be given to a server on this recipe's host, or "": each an

@@ -97,6 +97,7 @@ def worker_env(**overrides) -> dict:
     env["DATABASE_URL"] = (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
                            if "postgresql" in db["ENGINE"] else f"sqlite:///{db['NAME']}")
     env["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL
+    env["LAB_ALLOW_INLINE_CODE"] = "1"  # the suite's stand-in servers are `python -c` programs
     env.update({k: str(v) for k, v in overrides.items()})
     return env
 
@@ -176,6 +177,13 @@ def celery_worker_process(django_db_setup, django_db_blocker):
     yield proc
     stop_worker(proc)
     close_other_sessions(django_db_blocker)
+
+
+@pytest.fixture(autouse=True)
+def stand_in_servers(settings):
+    """This machine is a test bench: the lab may start the suite's `python -c` stand-in servers
+    (LAB_ALLOW_INLINE_CODE; off on a real host, where such a recipe is refused)."""
+    settings.LAB_ALLOW_INLINE_CODE = True
 
 
 @pytest.fixture(autouse=True)

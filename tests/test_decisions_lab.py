@@ -149,7 +149,7 @@ def test_a_measured_gpu_failure_beats_a_fact_that_says_it_starts(lab):
 
 def test_a_failure_of_the_recipes_own_setup_is_no_evidence_about_the_gpu(lab):
     launched("llama-q4-bad-flag", backend="llamacpp", quantization="gguf_q4_k_m", executable=lab[0],
-             model_path=lab[1], args=LLAMA_ARGS + ["--no-such-flag"])
+             model_path=lab[1], args=LLAMA_ARGS + ["--numa", "bogus"])
     q4 = candidate(advice(v100()), "llamacpp-q4_k_m")
     assert q4["eligible"] and q4["started"] == "not measured"
     assert any("an argument it does not accept" in r and "not evidence about the GPU" in r for r in q4["reasons"])
@@ -169,8 +169,10 @@ def test_a_launch_is_never_carried_to_another_model(lab):
 def test_a_start_where_the_facts_refuse_is_a_measured_contradiction_with_its_start_up(lab):
     """The server is the CPU llama-server (no V100 here) under a recipe that says it serves FP8
     with vLLM: what the advisor reads is the launch as the lab stored it."""
-    launch = launched("vllm-fp8-started", backend="vllm", quantization="fp8_e4m3", executable=lab[0],
-                      model_path=lab[1], args=LLAMA_ARGS)
+    # A vLLM FP8 that started on the V100: llama-server standing in for it, run by /bin/sh (vLLM's own
+    # flags would not start llama-server, and llama-server's are not vLLM's).
+    launch = launched("vllm-fp8-started", backend="vllm", quantization="fp8_e4m3", executable="/bin/sh",
+                      model_path=lab[1], args=["-c", 'exec "$0" "$@"', lab[0], *LLAMA_ARGS])
     report = launch.figures
     assert launch.status == ServerLaunch.STOPPED and report.health_s > 0
     result = advice(v100())
@@ -206,7 +208,7 @@ def test_the_measured_start_is_read_for_the_asked_vllm_version_only(lab):
 def test_launch_evidence_is_read_in_a_bounded_number_of_queries(lab, django_assert_max_num_queries):
     fp8_failed(lab)
     launched("llama-bad-flag", backend="llamacpp", quantization="gguf_q4_k_m", executable=lab[0],
-             model_path=lab[1], args=LLAMA_ARGS + ["--no-such-flag"])
+             model_path=lab[1], args=LLAMA_ARGS + ["--numa", "bogus"])
     with django_assert_max_num_queries(2 + 2 * 2):  # the launches, their hosts' GPUs; per run its endpoints
         rows = selectors.launch_evidence_from_db()
     assert {r.candidate for r in rows} == {"vllm-fp8", "llamacpp-q4_k_m"}

@@ -1,6 +1,7 @@
 """The lab: the host's worker starts servers itself from recipes (real llama-server and vLLM on
 the CPU, real worker processes, PostgreSQL and Redis), measures start-up, memory and the run's
 levels, stops them, keeps what did not start as evidence, and stops what a killed worker left."""
+from html import escape
 import os
 import signal
 import subprocess
@@ -22,6 +23,9 @@ from test_fault_tolerance import FAST_RECOVERY, wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 HOST = "lab-1"
 LLAMA_ARGS = ["-m", "{model}", "--host", "{host}", "--port", "{port}", "-c", "1024", "-t", "2", "--metrics"]
+# A flag the allowlist knows with a value llama-server refuses at start (an unknown flag never reaches it).
+BAD_VALUE = ["--numa", "bogus"]
+BAD_VALUE_SAID = 'handling argument "--numa": invalid value'
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +195,8 @@ def test_each_trial_meets_a_freshly_started_server(lab_worker, llama_paths):
 @pytest.mark.real_server
 def test_a_bad_flag_and_a_missing_model_did_not_start_and_the_run_goes_on(lab_worker, llama_paths, lab_dirs):
     binary, model = llama_paths
-    bad = recipe("a-bad-flag", binary, model, args=LLAMA_ARGS + ["--no-such-flag"])
+    # A flag the allowlist knows (it never lets an unknown one reach the server) with a value the server refuses.
+    bad = recipe("a-bad-flag", binary, model, args=LLAMA_ARGS + BAD_VALUE)
     missing = recipe("b-missing-model", binary, str(lab_dirs / "models" / "absent.gguf"))
     good = recipe("c-good", binary, model)
     run = finished(lab_run([good, missing, bad]), 180)
@@ -199,8 +204,8 @@ def test_a_bad_flag_and_a_missing_model_did_not_start_and_the_run_goes_on(lab_wo
     by_name = {lc.recipe.name: lc for lc in run.launches.all()}
     flag = by_name["a-bad-flag"].figures
     assert by_name["a-bad-flag"].status == ServerLaunch.DID_NOT_START
-    assert flag.cause.code == "bad_flag" and "--no-such-flag" in flag.cause.line
-    assert "--no-such-flag" in flag.log_tail and flag.exit_code is not None and flag.health_s is None
+    assert flag.cause.code == "bad_flag" and "--numa" in flag.cause.line
+    assert BAD_VALUE_SAID in flag.log_tail and flag.exit_code is not None and flag.health_s is None
     lost = by_name["b-missing-model"].figures
     assert by_name["b-missing-model"].status == ServerLaunch.DID_NOT_START
     assert lost.cause.code == "missing_file" and "absent.gguf" in lost.cause.line
@@ -214,7 +219,7 @@ def test_a_bad_flag_and_a_missing_model_did_not_start_and_the_run_goes_on(lab_wo
     failures = page[page.index("<h3>Did not start</h3>"):]
     assert "<strong>a-bad-flag</strong>" in failures and "an argument it does not accept" in failures
     assert "<strong>b-missing-model</strong>" in failures and "a file it needs is missing" in failures
-    assert "invalid argument: --no-such-flag" in failures and "Last lines of its log" in failures
+    assert escape(BAD_VALUE_SAID) in failures and "Last lines of its log" in failures
 
 
 def test_a_recipe_outside_the_hosts_allowlist_is_refused_before_anything_starts(lab_worker, lab_dirs, llama_paths):
@@ -225,7 +230,7 @@ def test_a_recipe_outside_the_hosts_allowlist_is_refused_before_anything_starts(
     outside_exe = recipe("not-allowed-exe", str(script), llama_paths[1], args=["--port", "{port}"])
     outside_model = recipe("not-allowed-model", llama_paths[0], "/etc/hostname")
     outside_arg = recipe("not-allowed-arg", llama_paths[0], llama_paths[1],
-                         args=LLAMA_ARGS + ["--log-file", "/etc/hostname"])
+                         args=LLAMA_ARGS + ["--grammar-file", "/etc/hostname"])
     run = finished(lab_run([outside_exe, outside_model, outside_arg]), 60)
     assert run.status == Run.FAILED  # nothing was measured
     reports = {lc.recipe.name: lc for lc in run.launches.all()}
@@ -234,7 +239,8 @@ def test_a_recipe_outside_the_hosts_allowlist_is_refused_before_anything_starts(
     assert "is not among the executables this host allows" in exe.refusal and "LAB_EXECUTABLES" in exe.refusal
     assert exe.pid is None and exe.command == ""
     assert "/etc/hostname is outside the folders" in reports["not-allowed-model"].figures.refusal
-    assert "'/etc/hostname' names a path outside" in reports["not-allowed-arg"].figures.refusal
+    assert "the flag --grammar-file's value '/etc/hostname' names a path outside" in \
+        reports["not-allowed-arg"].figures.refusal
     time.sleep(0.5)
     assert not marker.exists(), "the refused executable was never run"
     assert not list((lab_dirs / "state" / "servers").glob("*.json"))
@@ -336,7 +342,7 @@ def test_the_run_page_shows_the_sweep_and_what_did_not_start_within_1366_px(
     settings.LAB_MODEL_DIRS, settings.LAB_STATE_DIR = f"{Path(model).parent},{tmp_path}", tmp_path
     settings.LAB_PORTS = "18340-18359"
     good = recipe("llama-q4", binary, model, host="lab-2", sweep={"--parallel": [1, 2]})
-    bad = recipe("llama-bad-flag", binary, model, host="lab-2", args=LLAMA_ARGS + ["--no-such-flag"])
+    bad = recipe("llama-bad-flag", binary, model, host="lab-2", args=LLAMA_ARGS + BAD_VALUE)
     run = lab_run([good, bad], levels=(1, 2))
     execute_in_process(run)
     purge("host-lab-2")
@@ -346,7 +352,7 @@ def test_the_run_page_shows_the_sweep_and_what_did_not_start_within_1366_px(
     page.goto(live_server.url + run.get_absolute_url())
     assert page.locator("#sweep tbody tr").count() == 3
     page.click("text=Last lines of its log")
-    assert "invalid argument: --no-such-flag" in page.locator(".launch-failure pre").inner_text()
+    assert BAD_VALUE_SAID in page.locator(".launch-failure pre").inner_text()
     width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
     assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
     page.wait_for_function("() => document.querySelector('#chart-sweep .chart')?.dataset.drawn === 'true'", timeout=30000)

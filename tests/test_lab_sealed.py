@@ -13,7 +13,7 @@ import pytest
 from celery import Celery
 from django.core.exceptions import ValidationError
 
-from benchmarks.engine import launcher
+from benchmarks.engine import backends, launcher
 from benchmarks.models import Host, Run, ServerLaunch, ServerRecipe
 from conftest import spawn_worker, stop_worker, worker_env
 from factories import user, queue_run
@@ -79,6 +79,11 @@ def test_a_recipe_or_sweep_setting_the_host_does_not_allow_never_starts_and_says
     # The form refuses it too; the worker does not trust the database to hold only what the form let by.
     with pytest.raises(ValidationError, match="reads it as a flag"):
         llama_arg.full_clean()
+    # The recipe form (the admin's) judges flags as the worker does: by what each does.
+    with pytest.raises(ValidationError, match="the flag --mcp-servers-json is refused on a lab host"):
+        recipe("mcp", script, folder, args=["--port", "{port}", "--mcp-servers-json", '{"x": {"command": "sh"}}'])
+    with pytest.raises(ValidationError, match="the flag --no-such-flag is not a flag llama-server"):
+        recipe("unknown", script, folder, args=["--port", "{port}", "--no-such-flag"])
     refused = {  # recipe -> its launches' refusals, in setting order
         recipe("host-in-args", script, folder, args=["--host", "0.0.0.0", "--port", "{port}"]):
             ["not 0.0.0.0 (a --host in its arguments)"],
@@ -89,12 +94,15 @@ def test_a_recipe_or_sweep_setting_the_host_does_not_allow_never_starts_and_says
         recipe("port-in-sweep", script, folder, sweep={"--port": [9999]}): ["listen on port 9999"],
         llama_arg: ["llama.cpp reads it as a flag"],
         recipe("home", script, folder, env={"HOME": "/root"}): ["may not set HOME on this host"],
-        recipe("joined-model", script, folder, args=["-m/etc/shadow", "--port", "{port}"]):
-            ["'-m/etc/shadow' names a path outside"],
+        # Rows written past the recipe form (which refuses them too): the worker judges them again.
+        recipe("joined-model", script, folder, args=["-m/etc/shadow", "--port", "{port}"], form=False):
+            ["the flag -m/etc/shadow is not a flag llama-server"],
         recipe("file-url", script, folder, args=["--port", "{port}", "--chat-template-file", "file:///etc/shadow"]):
             ["names a path outside"],
-        recipe("relative", script, folder, args=["--port", "{port}", "--log-file", "servers/1.json"]):
+        recipe("relative", script, folder, args=["--port", "{port}", "--grammar-file", "servers/1.json"]):
             ["the relative path 'servers/1.json', which is refused"],
+        recipe("log-over-model", script, folder, args=["--port", "{port}", "--log-file", "{model}"], form=False):
+            ["the flag --log-file is refused on a lab host: it writes a file on the host"],
     }
     run = measured(list(refused))
     assert run.status == Run.FAILED, run.error  # nothing was measured
@@ -122,7 +130,8 @@ def test_a_started_server_sees_none_of_the_workers_secrets(sealed):
     assert f"parent {worker.pid}" in f.log_tail, f.log_tail  # the worker started it itself
     env = own_env(f.log_tail)
     assert env["OMP_NUM_THREADS"] == "2" and not set(SECRETS) & set(env), env
-    assert set(env) <= set(launcher.INHERITED_ENV) | {"OMP_NUM_THREADS"}, env
+    assert set(env) <= set(launcher.INHERITED_ENV) | {"OMP_NUM_THREADS"} | set(backends.get("llamacpp").offline_env), env
+    assert all(env[name] == "1" for name in backends.get("llamacpp").offline_env), "offline, whatever the recipe says"
     # The worker does hold them (this test, root, can read its environment): the server's is clean.
     worker_environ = Path(f"/proc/{worker.pid}/environ").read_bytes().decode()
     assert all(f"{name}=" in worker_environ for name in SECRETS)

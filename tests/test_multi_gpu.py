@@ -104,7 +104,7 @@ def test_staff_get_the_field_error_in_the_recipe_form(client):
 
 # ------------------------------------------------------------------------------ the launcher
 def test_the_launcher_gives_the_server_its_gpus_and_nothing_else(tmp_path):
-    allow = Allowlist.from_settings(sys.executable, str(tmp_path), "18380-18389")
+    allow = Allowlist.from_settings(sys.executable, str(tmp_path), "18380-18389", inline_code=True)
     seen = []
     for gpus in [(1,), (0, 1), None]:
         out = tmp_path / f"env-{len(seen)}.json"
@@ -118,7 +118,7 @@ def test_the_launcher_gives_the_server_its_gpus_and_nothing_else(tmp_path):
     assert "CUDA_DEVICE_ORDER" not in seen[2] or seen[2]["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID"
     assert "CUDA_VISIBLE_DEVICES=0,1" in ServerSpec("/x", "/m", gpus=(0, 1)).command_line(1)
     # The host's allowlist (LAB_GPUS) bounds which GPUs a recipe may give.
-    only_0 = Allowlist.from_settings(sys.executable, str(tmp_path), "18380-18389", gpus="0")
+    only_0 = Allowlist.from_settings(sys.executable, str(tmp_path), "18380-18389", gpus="0", inline_code=True)
     spec = ServerSpec(sys.executable, str(tmp_path), ("{port}",), gpus=(0, 1))
     assert only_0.refusal(spec) == "GPU 1 is not among the GPUs this host lets servers use (LAB_GPUS: 0)"
     assert only_0.refusal(ServerSpec(sys.executable, str(tmp_path), ("{port}",), gpus=(0,))) == ""

@@ -328,6 +328,10 @@ LAB_GPUS = os.environ.get("LAB_GPUS", "")
 # value must lie under LAB_MODEL_DIRS; code loaders (LD_*, PYTHON*, PATH), the GPU variables and
 # llama.cpp's LLAMA_ARG_* (flags by another door) are refused whatever this says.
 LAB_ENV_ALLOWED = os.environ.get("LAB_ENV_ALLOWED", "")
+# A recipe that gives an allowed Python or shell its program inline (`python -c CODE`, `sh -c CODE`)
+# runs what no flag check can judge: refused unless this host is a test bench that starts stand-in
+# servers that way ("1").
+LAB_ALLOW_INLINE_CODE = os.environ.get("LAB_ALLOW_INLINE_CODE", "") == "1"
 # The user started servers run as (the worker must be root, or hold CAP_SETUID and CAP_SETGID);
 # blank: the worker's own user, whose environment (database and broker credentials) and files a
 # server could then read. Set it on any shared host: an unprivileged user of its own, with read

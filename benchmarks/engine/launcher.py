@@ -49,6 +49,8 @@ from urllib.parse import unquote, urlparse
 import httpx
 
 from . import backends
+from .backends.base import inline_code_at
+from .backends.flags import MODEL, NAME, PATH, PATHS, PORT
 from . import gpu as gpu_telemetry
 
 PLACEHOLDERS = ("port", "model", "host")
@@ -276,6 +278,12 @@ def path_pieces(text: str) -> Iterator[str]:
         text = text.partition("=")[2]
     elif text.startswith("-"):
         text = text[2:]
+    if text.lstrip()[:1] in ("{", "["):  # JSON: its strings as decoded (\u002f is a /), then the text too
+        try:
+            for leaf in _json_strings(json.loads(text)):
+                yield from path_pieces(leaf)
+        except (ValueError, RecursionError):
+            pass
     for piece in _BETWEEN_PATHS.split(text):
         piece = piece.lstrip("@")
         if piece[:5].lower() == "file:":
@@ -284,6 +292,18 @@ def path_pieces(text: str) -> Iterator[str]:
             continue  # an address of another scheme: not a file on this host
         if "/" in piece or piece.startswith("~") or piece == "..":
             yield piece
+
+
+def _json_strings(value) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _json_strings(k)
+            yield from _json_strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _json_strings(v)
 
 
 def env_name_problem(name: str, backend: str) -> str:
@@ -337,15 +357,17 @@ class Allowlist:
     gpus: tuple[int, ...] | None = None  # the GPUs a server may be given; None: any (LAB_GPUS blank)
     env_allowed: tuple[str, ...] = ()  # environment variables a recipe may set beyond its backend's safe ones
     run_as: str = ""  # the user servers run as; "": the worker's own
+    inline_code: bool = False  # LAB_ALLOW_INLINE_CODE: `python -c CODE` stand-ins may start (a test bench)
 
     @classmethod
     def from_settings(cls, executables="", model_dirs="", ports="18100-18199",
-                      listen_hosts="127.0.0.1,::1", gpus="", env_allowed="", run_as="") -> "Allowlist":
+                      listen_hosts="127.0.0.1,::1", gpus="", env_allowed="", run_as="",
+                      inline_code: bool = False) -> "Allowlist":
         return cls(tuple(_exact(e) for e in _split(executables)), tuple(_real(d) for d in _split(model_dirs)),
                    parse_ports(ports) if isinstance(ports, str) else tuple(ports),
                    tuple(str(ipaddress.ip_address(h)) for h in _split(listen_hosts)),
                    parse_gpus(gpus) if str(gpus or "").strip() else None,
-                   tuple(_split(env_allowed)), str(run_as or "").strip())
+                   tuple(_split(env_allowed)), str(run_as or "").strip(), bool(inline_code))
 
     def refusal(self, spec: ServerSpec, port: int | None = None) -> str:
         """Why this host will not start `spec` on `port` (the one the worker picked; the first
@@ -372,7 +394,13 @@ class Allowlist:
         port = self.ports[0] if port is None else port
         argv = spec.argv(port)
         flags = backend.server_flags(argv)
-        return (self._flags_problem(flags, backend, port) or self._paths_problem(argv, flags.not_paths)
+        if not self.inline_code and inline_code_at(argv) is not None:
+            return (f"the arguments give {os.path.basename(spec.executable)} its program inline (-c): what it runs "
+                    f"no allowlist can judge (LAB_ALLOW_INLINE_CODE is off on this host)")
+        reading = backend.read_flags(argv)
+        names = frozenset(i for g in (reading.given if reading else ()) if g.flag.kind == NAME for i in g.value_indices)
+        return (self._declared_problem(reading, backend) or self._flags_problem(flags, backend, port)
+                or self._paths_problem(argv, flags.not_paths | names)
                 or self._env_problem(spec, backend) or self._gpus_problem(spec)
                 or self._listen_problem(spec.listen_host) or (_run_as_problem(self.run_as) if self.run_as else ""))
 
@@ -414,6 +442,41 @@ class Allowlist:
                     f"host's allowlist cannot see: give the flags in the arguments")
         return ""
 
+    def _declared_problem(self, reading, backend) -> str:
+        """Flag by flag, by what each does (backends/flags.py): refused and unknown flags, and every
+        path, paths' piece and model a flag's value or the one model word gives under the model
+        folders (a value is a value whatever it starts with: `--chat-template-file --/../x`)."""
+        if reading is None:
+            return ""
+        if reading.problem:
+            return reading.problem
+        kinds = {g.flag.kind for g in reading.given}
+        if PORT not in kinds:
+            return "the arguments give no --port: the server would listen on its default port, not the worker's {port}"
+        models = [(f"the model {word!r}", word) for _, word in reading.positional]
+        if backend.needs_model and not models and MODEL not in kinds:
+            return "the arguments name no model: the server would look for its default one, which nothing downloads"
+        for g in reading.given:
+            for value in g.values:
+                if g.flag.kind == PATH:  # the whole value, read as a path (a file: URL as its path)
+                    pieces = list(path_pieces(value)) or [value]
+                elif g.flag.kind == PATHS:
+                    pieces = path_pieces(value)
+                elif g.flag.kind == MODEL:
+                    models.append((f"the flag {g.name}'s model {value!r}", value))
+                    continue
+                else:
+                    continue
+                for piece in pieces:
+                    problem = self._path_problem(piece)
+                    if problem:
+                        return f"the flag {g.name}'s value {value!r} {problem}"
+        for what, model in models:
+            if not (os.path.isabs(model) and self._in_model_dirs(model)):
+                return (f"{what} is not a path under the folders this host allows (LAB_MODEL_DIRS: "
+                        f"{', '.join(self.model_dirs)}); nothing is downloaded")
+        return ""
+
     def _paths_problem(self, argv: list[str], not_paths) -> str:
         """Every path in the arguments lies under LAB_MODEL_DIRS (or is an allowed executable)."""
         for i, arg in enumerate(argv[1:], start=1):
@@ -422,7 +485,8 @@ class Allowlist:
             for piece in path_pieces(arg):
                 problem = self._path_problem(piece)
                 if problem:
-                    return f"the argument {arg!r} {problem}"
+                    before = argv[i - 1] if i > 1 and argv[i - 1].startswith("-") and not arg.startswith("-") else ""
+                    return f"the flag {before}'s value {arg!r} {problem}" if before else f"the argument {arg!r} {problem}"
         return ""
 
     def _path_problem(self, piece: str) -> str:
@@ -446,6 +510,9 @@ class Allowlist:
                 return problem
             if name in GPU_ENV:
                 return f"a recipe gives a server its GPUs with its GPU list, not {name}"
+            if name in backend.offline_env and str(value) != backend.offline_env[name]:
+                return (f"{name} is forced to {backend.offline_env[name]} on a lab host (offline: nothing is "
+                        f"downloaded), not {value!r}")
             if name not in backend.safe_env and name not in self.env_allowed:
                 return (f"a recipe may not set {name} on this host: only what {backend.label} documents as safe "
                         f"and what LAB_ENV_ALLOWED adds ({', '.join(self.env_allowed) or 'nothing'})")
@@ -606,6 +673,7 @@ CAUSES = [
         r"repository not found|not a valid model identifier", re.I)),
     ("bad_flag", "an argument it does not accept", re.compile(
         r"unrecognized arguments?|invalid argument|unknown argument|unknown option|unrecognized option|"
+        r"error while handling argument|"
         r"error: argument |invalid choice|expected one argument|invalid value", re.I)),
     # Vaguer words last: they follow a more precise line when there is one.
     ("missing_file", "a file it needs is missing", re.compile(
@@ -849,6 +917,7 @@ def server_env(spec: ServerSpec, user: pwd.struct_passwd | None = None) -> dict:
     if user is not None:
         env.update(HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name)
     env.update(spec.full_env)
+    env.update(backends.get(spec.backend).offline_env)  # last: no recipe turns offline mode off
     return env
 
 

@@ -31,7 +31,7 @@ def allowlist() -> Allowlist:
     """This host's allowlist, from its worker's settings."""
     return Allowlist.from_settings(settings.LAB_EXECUTABLES, settings.LAB_MODEL_DIRS, settings.LAB_PORTS,
                                    settings.LAB_LISTEN_ADDRESSES, settings.LAB_GPUS, settings.LAB_ENV_ALLOWED,
-                                   settings.LAB_RUN_AS)
+                                   settings.LAB_RUN_AS, inline_code=settings.LAB_ALLOW_INLINE_CODE)
 
 
 def launches_create(*, run: Run, recipes: list[ServerRecipe], sweep: dict) -> list[ServerLaunch]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from benchmarks.engine import multi_gpu
+from benchmarks.engine.backends.flags import FlagTable, Reading
 
 # The server's figures under the product's own keys. Each backend maps its /metrics sample names
 # onto these (newer name first). Gauges are read as they are, counters (`_total`) as their
@@ -273,6 +274,38 @@ class Backend:
     default_host: str | None = None  # where it listens without a host flag; None: not known
     safe_env: frozenset = SAFE_ENV  # environment variables a recipe may set (the host may add more)
     flag_env: tuple[str, ...] = ()  # prefixes of environment variables it reads as flags: never set
+    # Set on every server the lab starts, over anything a recipe sets: offline, nothing downloaded.
+    offline_env: dict = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+    # Its server's declared flags (flags.py): every flag judged by what it does, an unknown one refused.
+    # None (a generic OpenAI-compatible server): its arguments are judged by spelling alone (docs/operating.md).
+    flag_table: FlagTable | None = None
+    needs_model: bool = False  # with no model named it would fetch a default one (vLLM's is on the hub)
+    entry_prefixes: tuple[tuple[str, ...], ...] = ()  # how it is started before its flags (`-m vllm…`, `serve`)
+    positional_model: bool = False  # one word outside a flag is the model it serves (`vllm serve MODEL`)
+
+    def read_flags(self, argv) -> Reading | None:
+        """`argv` (the executable and its final arguments) read flag by flag against the declared
+        flags: after inline code (a stand-in's flags are the server's) or the entry it is started
+        by. Its `problem` names the first flag refused, unknown or short of a value, or a word
+        outside any flag. None when the backend declares no flags."""
+        argv = list(argv)
+        if inline_code_at(argv) is not None:
+            return None  # what runs is the code's to say: no flag reading can judge it (docs/operating.md)
+        entry = next((p for p in self.entry_prefixes if tuple(argv[1:1 + len(p)]) == p), ())
+        modules = [" ".join(p) for p in self.entry_prefixes if p[0] == "-m"]
+        if not entry and modules and _PYTHON.fullmatch(os.path.basename(argv[0])):
+            return Reading(problem=f"{os.path.basename(argv[0])} would run whatever its first argument names: "
+                                   f"{self.label} is started as {' or '.join(modules)}")
+        if self.flag_table is None:
+            return None
+        reading = self.flag_table.read(argv, 1 + len(entry))
+        reading.problem = reading.problem or self.flag_table.refused(reading)
+        extra = reading.positional[1:] if self.positional_model else reading.positional
+        if not reading.problem and extra:
+            reading.problem = (f"the argument {extra[0][1]!r} is no value of a flag, and {self.label} takes "
+                               f"{'one model' if self.positional_model else 'nothing'} outside its flags")
+        return reading
 
     def server_flags(self, argv) -> ServerFlags:
         """What `argv` (the executable and its final arguments) tells the server to do."""

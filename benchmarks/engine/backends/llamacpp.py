@@ -6,6 +6,7 @@ from __future__ import annotations
 from benchmarks.engine import multi_gpu
 
 from .base import SAFE_ENV, Backend, register, trim
+from .llamacpp_flags import LLAMA_SERVER_FLAGS
 
 
 @register
@@ -29,6 +30,9 @@ class LlamaCpp(Backend):
     # It reads any flag from LLAMA_ARG_<FLAG> (LLAMA_ARG_HOST, LLAMA_ARG_PORT, LLAMA_ARG_MODEL) and its
     # log flags from LLAMA_LOG_*: flags by another door, which the allowlist would not see.
     flag_env = ("LLAMA_ARG_", "LLAMA_LOG_")
+    offline_env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LLAMA_ARG_OFFLINE": "1"}  # its --offline
+
+    flag_table = LLAMA_SERVER_FLAGS  # every flag of the pinned llama-server, by what it does
 
     spread_flags = multi_gpu.SPLIT_MODE + multi_gpu.TENSOR_SPLIT
 

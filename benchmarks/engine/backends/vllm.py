@@ -7,6 +7,7 @@ import re
 from benchmarks.engine import multi_gpu
 
 from .base import SAFE_ENV, Backend, register
+from .vllm_flags import VLLM_SERVER_FLAGS
 
 
 @register
@@ -24,6 +25,12 @@ class VLLM(Backend):
     safe_env = SAFE_ENV | {"VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_NO_USAGE_STATS",
                            "VLLM_DO_NOT_TRACK", "VLLM_CACHE_ROOT", "VLLM_ATTENTION_BACKEND", "VLLM_USE_V1",
                            "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_LOGGING_LEVEL", "VLLM_ALLOW_LONG_MAX_MODEL_LEN"}
+
+    flag_table = VLLM_SERVER_FLAGS  # every flag of the pinned vLLM, by what it does
+    entry_prefixes = (("-m", "vllm.entrypoints.openai.api_server"), ("-m", "vllm.entrypoints.cli.main", "serve"),
+                      ("serve",))
+    positional_model = True
+    needs_model = True  # without one it serves facebook/opt-125m from the hub
 
     spread_flags = multi_gpu.TENSOR_PARALLEL + multi_gpu.PIPELINE_PARALLEL
     spread_needs_its_gpus = True  # tensor x pipeline workers, one GPU each, or it does not start
