@@ -51,8 +51,9 @@ def test_the_allowlist_refuses_with_the_reason(tmp_path):
         (ServerSpec(sys.executable, "/etc/passwd"), "is outside the folders this host allows"),
         (ServerSpec(sys.executable, str(models / "link" / "passwd")), "is outside the folders"),  # a symlink out
         (ServerSpec(sys.executable, "models/m.gguf"), "must be an absolute path"),
-        (ServerSpec(sys.executable, str(models), ("--log-file=/var/log/x",)), "names a path outside"),
-        (ServerSpec(sys.executable, str(models), ("-m", f"{models}/../../etc/passwd")), "names a path outside"),
+        # A server of no declared backend: only where it listens, its model and its names are known flags.
+        (ServerSpec(sys.executable, str(models), ("--log-file=/var/log/x",)), "the flag --log-file=/var/log/x is not"),
+        (ServerSpec(sys.executable, str(models), ("--model", f"{models}/../../etc/passwd")), "not a path under"),
         (ServerSpec(sys.executable, str(models), env={"LD_PRELOAD": "/tmp/x.so"}), "may not set LD_PRELOAD"),
         (ServerSpec(sys.executable, str(models), env={"PYTHONPATH": "/tmp"}), "may not set PYTHONPATH"),
         (ServerSpec(sys.executable, str(models), listen_host="0.0.0.0"), "listen on 127.0.0.1, ::1 only"),
@@ -174,6 +175,19 @@ def escapes(models: Path) -> list[tuple[str, ServerSpec, dict, str]]:
         ("vLLM's compilation config (passes imported by name)", vllm(VLLM + ("-cc", '{"inductor_passes": {}}')), {},
          "the flag -cc is refused"),
         ("vLLM's Ray data-parallel backend", vllm(VLLM + ("-dpb", "ray")), {}, "the flag -dpb is refused"),
+        ("a bare relative template (vLLM --chat-template)", vllm(VLLM + ("--chat-template", "tmpl.jinja")), {},
+         "the flag --chat-template's value 'tmpl.jinja' names the relative path"),
+        ("a bare relative VLLM_CACHE_ROOT", vllm(env={"VLLM_CACHE_ROOT": "vllm-cache"}), {},
+         "the value of VLLM_CACHE_ROOT names the relative path"),
+        ("vLLM's flags under a generic backend", ServerSpec(sys.executable, str(models / "m"), VLLM[:4] + (
+            "--host", "{host}", "--port", "{port}", "--trust-remote-code"), backend="openai"), {},
+         "the flag -m is not a flag a server of no declared backend declares"),
+        ("python running a module under a generic backend", ServerSpec(sys.executable, str(models), (
+            "-m", "http.server", "--bind", "0.0.0.0", "{port}")), {}, "the flag -m is not a flag"),
+        ("python running a script under a generic backend", ServerSpec(sys.executable, str(models), (
+            str(models / "serve.py"), "--port", "{port}")), {}, "would run the program"),
+        ("llama-server's --rpc under SGLang's name", ServerSpec(sys.executable, str(models / "m.gguf"), LLAMA + (
+            "--rpc", "10.0.0.1:50052"), backend="sglang"), {}, "the flag -m is not a flag"),
     ]
 
 
@@ -204,7 +218,7 @@ def test_the_allowlist_judges_the_final_command_and_environment_not_the_form(tmp
         said = allow(**settings).refusal(spec)
         assert reason in said, (name, said)
         refused.append(name)
-    assert len(refused) == 54  # the closing note's count, the escapes and an unseen set's
+    assert len(refused) == 60  # the closing note's count, the escapes and an unseen set's
 
 
 def test_the_recipe_form_refuses_what_no_host_allows():

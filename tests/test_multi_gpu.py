@@ -119,10 +119,10 @@ def test_the_launcher_gives_the_server_its_gpus_and_nothing_else(tmp_path):
     assert "CUDA_VISIBLE_DEVICES=0,1" in ServerSpec("/x", "/m", gpus=(0, 1)).command_line(1)
     # The host's allowlist (LAB_GPUS) bounds which GPUs a recipe may give.
     only_0 = Allowlist.from_settings(sys.executable, str(tmp_path), "18380-18389", gpus="0", inline_code=True)
-    spec = ServerSpec(sys.executable, str(tmp_path), ("{port}",), gpus=(0, 1))
+    spec = ServerSpec(sys.executable, str(tmp_path), ("-c", "pass", "{port}"), gpus=(0, 1))
     assert only_0.refusal(spec) == "GPU 1 is not among the GPUs this host lets servers use (LAB_GPUS: 0)"
-    assert only_0.refusal(ServerSpec(sys.executable, str(tmp_path), ("{port}",), gpus=(0,))) == ""
-    assert "its GPU list" in allow.refusal(ServerSpec(sys.executable, str(tmp_path), ("{port}",),
+    assert only_0.refusal(ServerSpec(sys.executable, str(tmp_path), ("-c", "pass", "{port}"), gpus=(0,))) == ""
+    assert "its GPU list" in allow.refusal(ServerSpec(sys.executable, str(tmp_path), ("-c", "pass", "{port}"),
                                                       env={"CUDA_VISIBLE_DEVICES": "3"}))
 
 

@@ -294,6 +294,9 @@ def path_pieces(text: str) -> Iterator[str]:
             yield piece
 
 
+_BARE_FILE = re.compile(r"[\w-]+(\.[\w-]+)+")  # tmpl.jinja, adapter.gguf: a file name, relative
+
+
 def _json_strings(value) -> Iterator[str]:
     if isinstance(value, str):
         yield value
@@ -451,17 +454,17 @@ class Allowlist:
         if reading.problem:
             return reading.problem
         kinds = {g.flag.kind for g in reading.given}
-        if PORT not in kinds:
+        if PORT not in kinds and not backend.positional_words:  # a generic server may take {port} as a word
             return "the arguments give no --port: the server would listen on its default port, not the worker's {port}"
-        models = [(f"the model {word!r}", word) for _, word in reading.positional]
+        models = [(f"the model {word!r}", word) for _, word in reading.positional[:1] if backend.positional_model]
         if backend.needs_model and not models and MODEL not in kinds:
             return "the arguments name no model: the server would look for its default one, which nothing downloads"
         for g in reading.given:
             for value in g.values:
                 if g.flag.kind == PATH:  # the whole value, read as a path (a file: URL as its path)
                     pieces = list(path_pieces(value)) or [value]
-                elif g.flag.kind == PATHS:
-                    pieces = path_pieces(value)
+                elif g.flag.kind == PATHS:  # a bare file name among them is a path too (`tmpl.jinja`)
+                    pieces = list(path_pieces(value)) or ([value] if _BARE_FILE.fullmatch(value) else [])
                 elif g.flag.kind == MODEL:
                     models.append((f"the flag {g.name}'s model {value!r}", value))
                     continue
@@ -516,7 +519,9 @@ class Allowlist:
             if name not in backend.safe_env and name not in self.env_allowed:
                 return (f"a recipe may not set {name} on this host: only what {backend.label} documents as safe "
                         f"and what LAB_ENV_ALLOWED adds ({', '.join(self.env_allowed) or 'nothing'})")
-            for piece in path_pieces(str(value)):
+            # A variable its backend reads as a path is one whole (a bare name too); others' values by piece.
+            pieces = [str(value)] if name in backend.path_env else path_pieces(str(value))
+            for piece in pieces:
                 problem = self._path_problem(piece)
                 if problem:
                     return f"the value of {name} {problem}"  # never the value: it may be a secret

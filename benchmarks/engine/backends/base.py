@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from benchmarks.engine import multi_gpu
-from benchmarks.engine.backends.flags import FlagTable, Reading
+from benchmarks.engine.backends.flags import GENERIC_FLAGS, FlagTable, Reading
 
 # The server's figures under the product's own keys. Each backend maps its /metrics sample names
 # onto these (newer name first). Gauges are read as they are, counters (`_total`) as their
@@ -274,12 +274,14 @@ class Backend:
     default_host: str | None = None  # where it listens without a host flag; None: not known
     safe_env: frozenset = SAFE_ENV  # environment variables a recipe may set (the host may add more)
     flag_env: tuple[str, ...] = ()  # prefixes of environment variables it reads as flags: never set
+    path_env: frozenset = frozenset()  # of its safe variables, those it reads as one path (held whole)
     # Set on every server the lab starts, over anything a recipe sets: offline, nothing downloaded.
     offline_env: dict = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
     # Its server's declared flags (flags.py): every flag judged by what it does, an unknown one refused.
-    # None (a generic OpenAI-compatible server): its arguments are judged by spelling alone (docs/operating.md).
-    flag_table: FlagTable | None = None
+    # A backend that declares none gets the generic few (where it listens, its model, its names).
+    flag_table: FlagTable = GENERIC_FLAGS
+    positional_words: bool = True  # words outside flags are its program's (held to the model folders as paths)
     needs_model: bool = False  # with no model named it would fetch a default one (vLLM's is on the hub)
     entry_prefixes: tuple[tuple[str, ...], ...] = ()  # how it is started before its flags (`-m vllm…`, `serve`)
     positional_model: bool = False  # one word outside a flag is the model it serves (`vllm serve MODEL`)
@@ -297,12 +299,14 @@ class Backend:
         if not entry and modules and _PYTHON.fullmatch(os.path.basename(argv[0])):
             return Reading(problem=f"{os.path.basename(argv[0])} would run whatever its first argument names: "
                                    f"{self.label} is started as {' or '.join(modules)}")
-        if self.flag_table is None:
-            return None
         reading = self.flag_table.read(argv, 1 + len(entry))
         reading.problem = reading.problem or self.flag_table.refused(reading)
+        name = os.path.basename(argv[0])
+        if (not reading.problem and not entry and reading.positional and reading.positional[0][0] == 1
+                and (_PYTHON.fullmatch(name) or _SHELL.fullmatch(name))):
+            reading.problem = f"{name} would run the program {reading.positional[0][1]!r}, which no allowlist can judge"
         extra = reading.positional[1:] if self.positional_model else reading.positional
-        if not reading.problem and extra:
+        if not reading.problem and extra and not self.positional_words:
             reading.problem = (f"the argument {extra[0][1]!r} is no value of a flag, and {self.label} takes "
                                f"{'one model' if self.positional_model else 'nothing'} outside its flags")
         return reading

@@ -143,6 +143,14 @@ def _number(word: str) -> bool:
     return bool(re.fullmatch(r"-\d+(\.\d+)?", word))
 
 
+# A server of no declared backend (any OpenAI-compatible one; SGLang until it is declared) may be told
+# where it listens, what it loads and its names, and be given words its own program reads (each
+# held to the model folders if it is a path); any other flag is one nobody here has judged, refused.
+GENERIC_FLAGS = FlagTable("a server of no declared backend", [
+    Flag(("--host",), HOST, 1), Flag(("--port",), PORT, 1), Flag(("--model", "--model-path"), MODEL, 1),
+    Flag(("--api-key",), NAME, 1), Flag(("--served-model-name",), NAME, 1)])
+
+
 # --- declarations from a server's own help -------------------------------------------------------
 
 def flags_from_llama_help(text: str) -> dict[tuple[str, ...], int]:

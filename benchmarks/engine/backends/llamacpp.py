@@ -33,6 +33,7 @@ class LlamaCpp(Backend):
     offline_env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LLAMA_ARG_OFFLINE": "1"}  # its --offline
 
     flag_table = LLAMA_SERVER_FLAGS  # every flag of the pinned llama-server, by what it does
+    positional_words = False
 
     spread_flags = multi_gpu.SPLIT_MODE + multi_gpu.TENSOR_SPLIT
 

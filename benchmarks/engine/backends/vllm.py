@@ -27,11 +27,13 @@ class VLLM(Backend):
                            "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_LOGGING_LEVEL", "VLLM_ALLOW_LONG_MAX_MODEL_LEN"}
 
     flag_table = VLLM_SERVER_FLAGS  # every flag of the pinned vLLM, by what it does
+    positional_words = False
     entry_prefixes = (("-m", "vllm.entrypoints.openai.api_server"), ("-m", "vllm.entrypoints.cli.main", "serve"),
                       ("serve",))
     positional_model = True
     needs_model = True  # without one it serves facebook/opt-125m from the hub
 
+    path_env = frozenset({"VLLM_CACHE_ROOT"})
     spread_flags = multi_gpu.TENSOR_PARALLEL + multi_gpu.PIPELINE_PARALLEL
     spread_needs_its_gpus = True  # tensor x pipeline workers, one GPU each, or it does not start
 
