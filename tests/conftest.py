@@ -308,6 +308,10 @@ def log_in(page, live_server, path="/runs/new/"):
     page.fill("input[name=username]", "alice")
     page.fill("input[name=password]", "pw-for-tests-1")
     page.click("button[type=submit]")
+    # The landing page's scripts have run (its form's fields shown or hidden by them) before a
+    # test touches it: a click only waits for the navigation to begin (a CI run checked a radio
+    # before run_form.js had set its fields, and saw none shown).
+    page.wait_for_load_state("load")
 
 
 @pytest.fixture

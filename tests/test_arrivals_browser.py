@@ -72,6 +72,7 @@ def test_the_run_form_shows_only_the_chosen_arrivals_fields(browser, live_server
     visible = lambda name: page.locator(f"#field-{name}").is_visible()  # noqa: E731
     assert visible("concurrency_levels") and not visible("arrivals") and not visible("conversation_turns")
     page.check("input[name=load_mode][value=rate]")
+    page.wait_for_selector("#field-request_rates", state="visible", timeout=10000)  # a loaded machine's script
     assert visible("request_rates") and visible("arrivals") and not visible("burstiness") and not visible("trace_file")
     page.select_option("select[name=arrivals]", "gamma")
     assert visible("burstiness") and not visible("ramp_to")
