@@ -505,7 +505,9 @@ def test_a_levels_energy_is_the_counters_difference_and_the_integrated_power_agr
     sampler.stop()
     level = sampler.summary()
     for g, watts in zip(level.gpus, (243.512, 180.0)):
-        assert g.energy_j == pytest.approx(watts * g.energy_s, rel=0.001, abs=0.002)
+        # 1 %: the counter and the clock are read a moment apart, longer on a busy machine (a CI run:
+        # 0.12 %); a wrong unit or span is off by far more.
+        assert g.energy_j == pytest.approx(watts * g.energy_s, rel=0.01)
         assert g.energy_integrated_j == pytest.approx(watts * g.sampled_s, rel=1e-9)
         assert g.idle_power_w == watts and g.energy_s >= 0.5
     assert level.energy_j == pytest.approx(sum(g.energy_j for g in level.gpus))
