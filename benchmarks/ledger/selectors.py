@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import statistics
 
 from django.db.models import QuerySet
 from django.http import Http404
@@ -84,13 +85,13 @@ def run_pairs_said(run: Run) -> list[str]:
     """The run page's lines: "the decision page predicted X tok/s (band a–b) on <date>; measured Y: +Z %"."""
     lines = []
     for row in _pairs().filter(run=run).order_by("prediction__created", "source", "metric"):
-        unit = _unit(row.metric)
+        unit, pair = _unit(row.metric), _as_pair(row)
         when = timezone.localtime(row.prediction.created).strftime("%Y-%m-%d")
         band = f" (band {band_said(row.band)})" if row.band else ""
         lines.append({"text": f"{row.level_label}, {figure(row.metric).title}: the decision page predicted "
                               f"{fmt(row.estimated)} {unit}{band} on {when}; measured {fmt(row.measured)} {unit}: "
-                              f"{said(_as_pair(row).error)}.",
-                      "prediction": row.prediction.get_absolute_url(), "in_band": _as_pair(row).in_band})
+                              f"{said(pair.error)}.",
+                      "prediction": row.prediction.get_absolute_url(), "in_band": pair.in_band})
     return lines
 
 
@@ -136,14 +137,19 @@ def _filtered(q: dict) -> list[PredictionPair]:
     return list(rows.order_by("gpu_name", "backend", "metric", "created"))
 
 
+def _grouped(rows: list[PredictionPair]) -> dict[tuple, list[PredictionPair]]:
+    """The pairs per (GPU, engine, figure), in the order the query gives them."""
+    groups: dict[tuple, list[PredictionPair]] = {}
+    for row in rows:
+        groups.setdefault((row.gpu_name, row.backend, row.metric), []).append(row)
+    return groups
+
+
 def accuracy_groups(q: dict) -> list[dict]:
     """Per GPU × engine × figure: pairs, median |error|, share inside the band; and, per host,
     the median |error| before and after the correction (leave-one-run-out)."""
-    groups: dict[tuple, list[PredictionPair]] = {}
-    for row in _filtered(q):
-        groups.setdefault((row.gpu_name, row.backend, row.metric), []).append(row)
     out = []
-    for (gpu, engine, metric), rows in groups.items():
+    for (gpu, engine, metric), rows in _grouped(_filtered(q)).items():
         pairs = [_as_pair(r) for r in rows]
         by_host: dict[int, list[Pair]] = {}
         for r, p in zip(rows, pairs):
@@ -153,7 +159,8 @@ def accuracy_groups(q: dict) -> list[dict]:
         corrected = [c for c in corrected if c["runs"] >= 2]
         before = [c["before"] for c in corrected]
         after = [c["after"] for c in corrected]
-        read = {**accuracy(pairs), "corrected_before": _median(before), "corrected_after": _median(after)}
+        read = {**accuracy(pairs), "corrected_before": statistics.median(before) if before else None,
+                "corrected_after": statistics.median(after) if after else None}
         out.append({"gpu": gpu, "engine": engine, "engine_label": backends.label(engine), "metric": metric,
                     "title": figure(metric).title, **read, "runs": len({p.run for p in pairs}),
                     "corrected_hosts": len(corrected),
@@ -167,23 +174,12 @@ def _pct(share: float | None, signed: bool = False) -> str:
     return said(share) if signed else f"{share * 100:.0f} %"
 
 
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
 def accuracy_figure(q: dict) -> dict:
     """One figure's predicted against measured on log axes in its unit (the query's `metric`;
     decode speed when it names none), a trace per GPU × engine, the identity line, the bands as
     whiskers; each point's customdata its run's permalink (a click opens it)."""
     metric = q.get("metric") or CORRECTED[0]
-    rows = _filtered({**q, "metric": metric})
-    groups: dict[tuple, list[PredictionPair]] = {}
-    for row in rows:
-        groups.setdefault((row.gpu_name, row.backend, row.metric), []).append(row)
+    groups = _grouped(_filtered({**q, "metric": metric}))
     data, table = [], []
     values = []
     for n, ((gpu, engine, _), group) in enumerate(groups.items()):
