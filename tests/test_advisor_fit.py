@@ -171,3 +171,28 @@ def test_the_fit_is_checked_against_a_table_kept_elsewhere(tmp_path):
     for engine in result["engines"].values():
         assert engine["all"]["rows"] == 1 and 0 <= engine["all"]["median_abs_error"] < 1
         assert engine["all"]["within_band"] in (0.0, 1.0)
+
+
+def _pair(gpu, source, error, family="speed"):
+    row = fit.Row(0, "vllm", gpu, source, "decode_tok_s", 100.0, "", family, (1, "", "", "closed"), {})
+    return row, 100.0 / math.exp(error)  # log(published / predicted) = error
+
+
+def test_a_band_held_out_by_gpu_falls_back_to_sources_then_to_the_fit_itself():
+    # one GPU holds every figure, from five sources: the band is what leaving each source out gave
+    gpu_pairs = [_pair("A100", f"s{i % 5}", 0.0) for i in range(20)]
+    by_source = [_pair("A100", f"s{i % 5}", (i - 10) / 20) for i in range(20)]
+    in_sample = [_pair("A100", f"s{i % 5}", (i - 10) / 100) for i in range(20)]
+    bands, basis = fit.bands_of(gpu_pairs, in_sample, by_source)
+    assert basis["speed"] == "held-out by source"
+    assert bands["speed"][0] == pytest.approx(fit._quantile([(i - 10) / 20 for i in range(20)], 0.1))
+    # one source as well: nothing is left to hold out, so the band is the fit's own spread, said
+    one_source = [(r.__class__(**{**r.__dict__, "source": "s0"}), p) for r, p in by_source]
+    bands, basis = fit.bands_of(gpu_pairs, in_sample, one_source)
+    assert basis["speed"] == "in-sample"
+    assert bands["speed"][1] == pytest.approx(fit._quantile([(i - 10) / 100 for i in range(20)], 0.9))
+    # figures spread over GPUs: the band held out one GPU at a time
+    spread = [_pair(f"g{i % 4}", "s0", (i - 10) / 40) for i in range(20)]
+    bands, basis = fit.bands_of(spread, in_sample, by_source)
+    assert basis["speed"] == "held-out" and bands["speed"][0] == pytest.approx(
+        fit._quantile([(i - 10) / 40 for i in range(20)], 0.1))

@@ -55,7 +55,7 @@ FAMILIES = ("speed", "time", "ttft", "speed-many", "time-many", "ttft-many")
 def family_of(metric: str, users: float) -> str:
     return KIND.get(metric, "speed") + ("-many" if users > 1 else "")
 MIN_BAND_FIGURES = 10
-ONE_GPU = 0.8  # a family whose figures are more than this share one GPU's has no held-out band
+ONE_GPU = 0.8  # a family whose figures are more than this share one GPU's (or source's) has no band held out by it
 PRIOR_WEIGHT = 0.05  # per parameter, in log units: a weak pull toward the physical default
 ARCH_WEIGHT = 0.5  # per architecture factor, toward 1
 BOUNDS = {"bw_eff_16": (0.05, 1.0), "bw_eff_8": (0.05, 1.0), "bw_eff_4": (0.05, 1.0), "mma_eff": (0.005, 1.0),
@@ -245,18 +245,21 @@ def summary(pairs: list[tuple[Row, float]], bands: dict[str, tuple[float, float]
             "within_band": round(sum(inside) / len(inside), 4)}
 
 
-def bands_of(pairs: list[tuple[Row, float]], in_sample: list[tuple[Row, float]]) -> tuple[dict, dict]:
+def bands_of(pairs: list[tuple[Row, float]], in_sample: list[tuple[Row, float]],
+             by_source: list[tuple[Row, float]] = ()) -> tuple[dict, dict]:
     """The 10th-90th percentile of log(published / predicted) per family, and how each was made:
-    from the pairs held out one GPU at a time, unless one GPU holds most of the family's figures
-    (leaving it out leaves nothing to fit that figure on), then from the fit's own residuals, said;
-    a family with fewer than MIN_BAND_FIGURES figures borrows the speed band (inverted for times: a
-    time is a speed's inverse)."""
+    from the pairs held out one GPU at a time; where one GPU holds most of the family's figures
+    (leaving it out leaves nothing to fit that figure on), from the pairs held out one source at a
+    time; where one source holds most of them too, from the fit's own residuals, said. A family
+    with fewer than MIN_BAND_FIGURES figures borrows the speed band (inverted for times: a time is
+    a speed's inverse)."""
     out, basis = {}, {}
     for family in FAMILIES:
         mine = [(r, p) for r, p in pairs if r.family == family]
-        counts = [sum(1 for r, _ in mine if r.gpu == g) for g in {r.gpu for r, _ in mine}]
-        if mine and max(counts) > ONE_GPU * len(mine):
-            mine, how = [(r, p) for r, p in in_sample if r.family == family], "in-sample"
+        if _one_holds_most(mine, lambda r: r.gpu):
+            mine, how = [(r, p) for r, p in by_source if r.family == family], "held-out by source"
+            if not mine or _one_holds_most(mine, lambda r: r.source):
+                mine, how = [(r, p) for r, p in in_sample if r.family == family], "in-sample"
         else:
             how = "held-out"
         errs = _errors(mine)
@@ -273,6 +276,13 @@ def bands_of(pairs: list[tuple[Row, float]], in_sample: list[tuple[Row, float]])
     return out, basis
 
 
+def _one_holds_most(pairs: list[tuple[Row, float]], key) -> bool:
+    counts = {}
+    for r, _ in pairs:
+        counts[key(r)] = counts.get(key(r), 0) + 1
+    return bool(counts) and max(counts.values()) > ONE_GPU * len(pairs)
+
+
 def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
@@ -282,7 +292,7 @@ def fit_engine(rows: list[Row]) -> dict:
     by_source = held_out(rows, lambda r: r.source, params)
     by_gpu = held_out(rows, lambda r: r.gpu, params)
     fitted = predict_rows(params, rows)
-    bands, band_basis = bands_of(by_gpu, list(zip(rows, fitted)))
+    bands, band_basis = bands_of(by_gpu, list(zip(rows, fitted)), by_source)
     per_gpu = {}
     for g in sorted({r.gpu for r, _ in by_gpu}):
         per_gpu[g] = summary([(r, p) for r, p in by_gpu if r.gpu == g], bands)

@@ -178,9 +178,7 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
                 f"(benchmarks/advisor/figures.csv); left out of the fit, a GPU's figures for {regime} were off by a "
                 f"median {_pct(loo['median_abs_error'])}. The band ({_pct(math.exp(band[0]))} to "
                 f"{_pct(math.exp(band[1]))} of the estimate) is the 10th to 90th percentile of "
-                + ("the errors on GPUs left out." if data["band_basis"]["speed" + many] == "held-out" else
-                   "the fit's own errors: most figures of this kind come from one GPU, so none is left to check it "
-                   "on.") )
+                + BAND_BASIS_WORDS[data["band_basis"]["speed" + many]])
     layout_words = ""
     if len(options) > 1:
         parts = [f"{o[0].words()}: {fmt(o[2].decode_tok_s)} tok/s per stream, "
@@ -192,6 +190,16 @@ def estimate(candidate: Candidate, model: ModelSpec, gpu: GpuSpec, workload: Wor
                f"off by a median {_pct(src['median_abs_error'])}"
                for name, src in data["leave_one_source_out"]["per_source"].items()]
     return Prior(metrics, sentence, sources, layout_words, layout)
+
+
+# What a band's residuals were (fit.bands_of's band_basis), in the decision page's words.
+BAND_BASIS_WORDS = {
+    "held-out": "the errors on GPUs left out.",
+    "held-out by source": "the errors on sources left out: most figures of this kind come from one GPU, so "
+                          "they were checked one publication at a time instead.",
+    "in-sample": "the fit's own errors: most figures of this kind come from one GPU and one source, so none is "
+                 "left to check it on.",
+}
 
 
 def corrected(prior: Prior | None, correction: Correction | None) -> tuple[Prior | None, dict]:
