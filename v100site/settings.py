@@ -148,9 +148,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The web server and a worker write to one file. WAL lets readers go on beside a writer; a
     # transaction takes the write lock when it begins (IMMEDIATE), so one that read first never has
     # to upgrade its lock, which SQLite refuses at once ("database is locked") rather than waiting;
-    # and every wait for the lock lasts up to `timeout` seconds.
+    # and every wait for the lock lasts up to `timeout` seconds (a fixed setting: the containers
+    # use PostgreSQL, so only the embedded default ever reads it).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        timeout=envint("SQLITE_TIMEOUT_S", "30"), transaction_mode="IMMEDIATE",
+        timeout=30, transaction_mode="IMMEDIATE",
         init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
