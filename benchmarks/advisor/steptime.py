@@ -26,8 +26,8 @@ arrives) and the prefills ahead of it, more often as prefill takes a larger shar
 beyond the engine's batch slots, users wait for a slot as well.
 
 Several GPUs: tensor parallel divides the reads and the operations among the cards and adds two
-all-reduces per layer (their latency over NVLink or PCIe, fitted, plus their bytes at the link's
-bandwidth); a layer split reads one card after another (one card's speed, plus a hop per card);
+all-reduces per layer (a ring of n - 1 steps, each step's latency over NVLink or PCIe fitted, plus their
+bytes at the link's bandwidth); a layer split reads one card after another (one card's speed, plus a hop per card);
 data-parallel replicas each serve their share of the users.
 
 Written with arithmetic only, so the same functions run on floats (the advisor) and on numpy
@@ -51,7 +51,7 @@ PARAMETERS = {
     "pf_eff": 0.4,  # share of the tensor peak prefill's matrix products reach
     "attn_eff": 0.1,  # share of it attention's own products (over the context) reach
     "per_request_ms": 10.0,  # HTTP, tokenisation and scheduling of a request, before its prefill
-    "allreduce_nvlink_us": 15.0, "allreduce_pcie_us": 40.0,  # one all-reduce's latency
+    "allreduce_nvlink_us": 10.0, "allreduce_pcie_us": 30.0,  # one all-reduce ring step's latency
     "hop_us": 30.0,  # a layer split's hand-over from one card to the next
 }
 # Per GPU architecture, a factor on bw_eff and one on the matrix work (prefill's and batched decode's;
@@ -168,13 +168,14 @@ def _tp_cards(s):
 
 
 def _comm_s(p: Params, s, tokens):
-    """Tensor parallel's two all-reduces per layer (ring: 2 (n-1)/n of the activations each way);
-    a layer split's hand-overs; nothing on one card or for replicas."""
+    """Tensor parallel's two all-reduces per layer, each a ring of n - 1 steps whose latency adds up
+    (a published 70B on 2, 4 and 8 A100s over PCIe barely sped up past two) and 2 (n-1)/n of the
+    activations each way; a layer split's hand-overs; nothing on one card or for replicas."""
     if s.gpus <= 1 or s.split in ("", "dp"):
         return 0.0
     if s.split == "layer-split":
         return (s.gpus - 1) * p["hop_us"] / 1e6
-    latency = p["allreduce_nvlink_us" if s.link == "nvlink" else "allreduce_pcie_us"] / 1e6
+    latency = (s.gpus - 1) * p["allreduce_nvlink_us" if s.link == "nvlink" else "allreduce_pcie_us"] / 1e6
     moved = 2 * (s.gpus - 1) / s.gpus * tokens * s.attention_width * 2  # 16-bit activations
     return 2 * s.layers * (latency + moved / (LINK_GBS.get(s.link, LINK_GBS["pcie"]) * 1e9))
 
