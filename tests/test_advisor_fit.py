@@ -166,10 +166,17 @@ def test_the_fit_is_checked_against_a_table_kept_elsewhere(tmp_path):
     llama = next(line for line in lines[1:] if ",llamacpp," in line and ",RTX 3090," in line)
     vllm = next(line for line in lines[1:] if ",vllm," in line)
     unknown = llama.replace(",RTX 3090,", ",Voodoo3,")
+    # a dataset run (ShareGPT) whose lengths vary per request and are not stated: refused, not a crash
+    columns = header.split(",")
+    cells = next(csv.reader([vllm]))
+    cells[columns.index("prompt_tokens")] = ""
+    no_lengths = ",".join(f'"{c}"' for c in cells)
     table = tmp_path / "elsewhere.csv"
-    table.write_text("\n".join([header, llama, vllm, unknown]) + "\n")
+    table.write_text("\n".join([header, llama, vllm, unknown, no_lengths]) + "\n")
     result = fit.against(table)
-    assert result["rows"] == 2 and len(result["refused"]) == 1 and "row 4" in result["refused"][0]
+    assert result["rows"] == 2 and len(result["refused"]) == 2, result["refused"]
+    assert "row 4" in result["refused"][0] and "no datasheet row" in result["refused"][0]
+    assert "row 5" in result["refused"][1] and "no prompt, output or user count" in result["refused"][1]
     assert set(result["engines"]) == {"llamacpp", "vllm"}
     for engine in result["engines"].values():
         assert engine["all"]["rows"] == 1 and 0 <= engine["all"]["median_abs_error"] < 1

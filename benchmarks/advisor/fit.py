@@ -85,16 +85,19 @@ class Row:
 
 
 def usable(rows: list[dict]) -> tuple[list[Row], list[tuple[int, str]]]:
-    """The rows with a known GPU, model shape and weight format; the others with why not."""
+    """The rows with a known GPU, model shape, weight format and lengths; the others with why not."""
     out, left = [], []
     for i, r in enumerate(rows):
         engine = engine_of(r["engine"])
         peak = peak_of(r["gpu"])
         shape = BY_NAME.get(r["shape"])
         fmt = engine.formats.get(r["quant"].lower())
-        if peak is None or shape is None or fmt is None or r["metric"] not in FIGURE_OF:
+        # a dataset's lengths that vary per request (ShareGPT) and are not stated: no setup to predict
+        lengths = all((r.get(k) or "").strip() for k in ("prompt_tokens", "output_tokens", "users"))
+        if peak is None or shape is None or fmt is None or r["metric"] not in FIGURE_OF or not lengths:
             left.append((i, "no datasheet row" if peak is None else "no model shape" if shape is None
-                         else "no weight format" if fmt is None else "metric not modelled"))
+                         else "no weight format" if fmt is None else "metric not modelled"
+                         if r["metric"] not in FIGURE_OF else "no prompt, output or user count"))
             continue
         value = float(r["value"])
         prompt, output = float(r["prompt_tokens"]), float(r["output_tokens"])
