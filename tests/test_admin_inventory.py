@@ -2,8 +2,10 @@
 import pytest
 from django.urls import reverse
 
-from benchmarks.models import Endpoint, Gpu, Host
-from factories import endpoint, user
+from benchmarks.models import Endpoint, Gpu, Host, Model, Variant
+from benchmarks import services
+from benchmarks.forms import RunForm
+from factories import endpoint, run_form, user
 from test_run_submission import take_from_broker
 
 pytestmark = pytest.mark.django_db
@@ -14,11 +16,33 @@ def test_only_staff_reach_the_inventory(client):
     assert client.get(reverse("admin:benchmarks_endpoint_changelist")).status_code == 302
 
 
-@pytest.mark.parametrize("model", ["host", "model", "variant", "endpoint", "run"])
-def test_every_inventory_list_opens(client, model):
-    endpoint()
+@pytest.mark.parametrize("model, query, found, other", [
+    ("host", "lab", "lab-1", "cpu-box"),
+    ("model", "Qwen", "DeepSeek-R1-Distill-Qwen-7B", "Llama-3-8B"),
+    ("variant", "lab-fp8", "lab-fp8-variant", "other-q4-variant"),
+    ("endpoint", "sim", "sim", "other-endpoint"),
+    ("run", "lab sweep", "lab sweep", "other title"),
+])
+def test_every_inventory_list_opens_and_its_search_finds_the_row(client, model, query, found, other):
+    e = endpoint()
+    Host.objects.create(name="cpu-box")
+    llama = Model.objects.create(name="Llama-3-8B", params_b=8.0, layers=32, kv_heads=8, head_dim=128)
+    Variant.objects.create(model=e.variant.model, name="lab-fp8-variant", quantization="fp8_e4m3")
+    Variant.objects.create(model=llama, name="other-q4-variant", quantization="q4_k_m")
+    Endpoint.objects.create(name="other-endpoint", host=e.host, backend="llamacpp", base_url="http://127.0.0.1:8",
+                            variant=e.variant)
+    for title in ("lab sweep", "other title"):
+        form = RunForm(run_form([e], title=title))
+        assert form.is_valid(), form.errors
+        services.run_create(owner=user(), **form.run_arguments())
     client.force_login(user("root", staff=True))
-    assert client.get(reverse(f"admin:benchmarks_{model}_changelist") + "?q=lab").status_code == 200
+    url = reverse(f"admin:benchmarks_{model}_changelist")
+    assert other in client.get(url).content.decode()  # the whole list holds both
+    page = client.get(url, {"q": query})
+    assert page.status_code == 200
+    html = page.content.decode()
+    # the row itself (its link), not a filter's or the search box's text; the other row gone
+    assert f">{found}</a>" in html and other not in html and "1 result" in html
 
 
 def test_gpus_are_found_in_the_host_list_and_edited_on_their_host(client):

@@ -170,14 +170,16 @@ def test_the_verdict_refusals_and_commands(row):
         assert any(line.startswith("2 of these GPUs would fit it") for line in rec.capacity), rec.capacity
 
 
-TURING_OR_NEWER = [w for w in WORKLOADS if w[1][1] >= (7, 5)]
+# Turing or newer, with something that fits (a recommendation is expected): every such workload
+TURING_OR_NEWER = [w for w in WORKLOADS if w[1][1] >= (7, 5) and w[8] is not None]
 
 
 @pytest.mark.parametrize("row", TURING_OR_NEWER, ids=[w[0] for w in TURING_OR_NEWER])
 def test_every_turing_or_newer_workload_that_fits_gets_a_recommendation(row):
     rec = answer(row)
-    if any(r.recommendable for r in rec.ranked):
-        assert rec.recommended is not None, rec.summary
+    recommendable = {r.key for r in rec.ranked if r.recommendable}
+    assert recommendable, [(r.key, r.reasons) for r in rec.ranked]
+    assert rec.recommended in recommendable, rec.summary
 
 
 def test_per_stream_speed_falls_as_users_grow():
